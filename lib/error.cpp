@@ -1,0 +1,61 @@
+// The "ruda" error category and the hook that turns a failed `result<T>::value()` into a throw.
+#include <ruda/error.hpp>
+
+#include <ostream>
+
+namespace ruda {
+namespace {
+
+class category final : public std::error_category {
+public:
+    [[nodiscard]] const char* name() const noexcept override { return "ruda"; }
+
+    [[nodiscard]] std::string message(int value) const override
+    {
+        switch (static_cast<errc>(value)) {
+        case errc::sync_read_unavailable: return "synchronous read is unavailable";
+        case errc::missing_gradient: return "missing gradient";
+        case errc::read_failed: return "read failed";
+        case errc::duplicate_param_id: return "duplicate parameter id";
+        case errc::invalid_dtype: return "invalid dtype";
+        case errc::shape_overflow: return "shape overflows";
+        case errc::byte_count_mismatch: return "byte count mismatch";
+        case errc::invalid_quantization: return "invalid quantization";
+        case errc::allocation_too_large: return "allocation too large";
+        case errc::malformed_record: return "malformed record";
+        case errc::unsupported_version: return "unsupported version";
+        case errc::checksum_mismatch: return "checksum mismatch";
+        case errc::io_error: return "I/O error";
+        case errc::cancelled: return "cancelled";
+        case errc::timed_out: return "timed out";
+        case errc::backend_mismatch: return "backend mismatch";
+        }
+        return "unknown ruda error " + std::to_string(value);
+    }
+};
+
+} // namespace
+
+const std::error_category& ruda_category() noexcept
+{
+    static const category instance;
+    return instance;
+}
+
+std::ostream& operator<<(std::ostream& os, errc e)
+{
+    return os << "ruda:" << static_cast<int>(e);
+}
+
+std::ostream& operator<<(std::ostream& os, const error& e)
+{
+    return os << e.message() << " (" << e.code().category().name() << ":" << e.code().value()
+              << ")";
+}
+
+void outcome_throw_as_system_error_with_payload(const error& e)
+{
+    throw std::system_error(e.code(), e.message());
+}
+
+} // namespace ruda
