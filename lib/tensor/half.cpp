@@ -10,6 +10,7 @@
 #include <cstddef>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define RUDA_HAVE_X86_DISPATCH 1
 #endif
@@ -176,12 +177,38 @@ struct half_paths {
     void (*bf16_to_f32)(const bfloat16*, float*, std::size_t) noexcept = bf16_to_f32_scalar;
 };
 
+#ifdef RUDA_HAVE_X86_DISPATCH
+// AVX2 and F16C from CPUID, plus the OS saving the YMM registers (XCR0 bits 1 and 2); asked
+// directly because not every compiler's __builtin_cpu_supports knows "f16c".
+bool cpu_has_avx2_f16c() noexcept
+{
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+        return false;
+    }
+    const bool f16c = (ecx & bit_F16C) != 0;
+    const bool osxsave = (ecx & bit_OSXSAVE) != 0;
+    const bool avx = (ecx & bit_AVX) != 0;
+    if (!f16c || !osxsave || !avx) {
+        return false;
+    }
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & 0x6U) != 0x6U) {
+        return false;
+    }
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
+        return false;
+    }
+    return (ebx & bit_AVX2) != 0;
+}
+#endif
+
 half_paths select_paths() noexcept
 {
     half_paths p;
 #ifdef RUDA_HAVE_X86_DISPATCH
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+    if (cpu_has_avx2_f16c()) {
         p = {"avx2+f16c", f32_to_f16_avx2, f32_to_bf16_avx2, f16_to_f32_avx2, bf16_to_f32_avx2};
     }
 #endif
