@@ -1,6 +1,8 @@
 // Sizes and names of dtypes (Burn v0.21 `DType`).
 #include <ruda/tensor/dtype.hpp>
 
+#include <ostream>
+
 namespace ruda {
 
 std::optional<dtype> dtype::from_kind(kind k) noexcept
@@ -77,5 +79,7 @@ std::string to_string(const dtype& d)
     default: return to_string(d.get_kind());
     }
 }
+
+std::ostream& operator<<(std::ostream& os, const dtype& d) { return os << to_string(d); }
 
 } // namespace ruda

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <new>
+#include <ostream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -324,6 +325,17 @@ result<tensor_data> tensor_data::convert(ruda::dtype target) &&
     std::vector<std::uint8_t> out = std::move(bytes_);
     BOOST_OUTCOME_TRY(convert_bytes(out.data(), out.data(), n, dtype_, target));
     return tensor_data{std::move(out), std::move(shape_), result_dtype(target)};
+}
+
+std::ostream& operator<<(std::ostream& os, const tensor_data& t)
+{
+    os << "tensor_data(" << t.dtype() << ", [";
+    const char* separator = "";
+    for (const std::size_t dim : t.shape()) {
+        os << separator << dim;
+        separator = ", ";
+    }
+    return os << "], " << t.bytes().size() << " bytes)";
 }
 
 } // namespace ruda

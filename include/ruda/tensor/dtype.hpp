@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 #include <optional>
 #include <string>
 
@@ -98,5 +99,7 @@ private:
 /// "f32", "bool(u8)", "qfloat(q8s, param f32, store packed_u32(0), level tensor)".
 std::string to_string(const dtype& d);
 std::string to_string(dtype::kind k);
+/// Writes `to_string(d)`, for logs and test output.
+std::ostream& operator<<(std::ostream& os, const dtype& d);
 
 } // namespace ruda

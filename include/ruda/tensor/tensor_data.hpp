@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iosfwd>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -115,5 +116,8 @@ private:
     ruda::shape shape_;
     ruda::dtype dtype_;
 };
+
+/// Writes "tensor_data(f32, [2, 3], 24 bytes)", for logs and test output.
+std::ostream& operator<<(std::ostream& os, const tensor_data& t);
 
 } // namespace ruda
