@@ -1,7 +1,16 @@
 // Everything public in ruda, in one include.
 #pragma once
 
+#include <ruda/backend/async_backend.hpp>
+#include <ruda/backend/async_device.hpp>
+#include <ruda/backend/backend.hpp>
+#include <ruda/backend/cpu_backend.hpp>
+#include <ruda/backend/host_tensor.hpp>
 #include <ruda/error.hpp>
+#include <ruda/runtime/blocking_scope.hpp>
+#include <ruda/runtime/error_mapping.hpp>
+#include <ruda/runtime/gather.hpp>
+#include <ruda/runtime/try_read_sync.hpp>
 #include <ruda/tensor/dtype.hpp>
 #include <ruda/tensor/half.hpp>
 #include <ruda/tensor/quant_scheme.hpp>

@@ -1,0 +1,63 @@
+// The backend of `async_device`: tensors live on a device (weakly referred to) and every read
+// goes through the device's transfer queue, completing later on the reader's executor.
+#pragma once
+
+#include <ruda/backend/async_device.hpp>
+#include <ruda/backend/backend.hpp>
+#include <ruda/backend/host_tensor.hpp>
+
+#include <memory>
+#include <string_view>
+
+namespace ruda {
+
+struct async_backend {
+    using device = async_device;
+
+    /// A tensor in device memory: an immutable shared storage plus the device it lives on.
+    template <class Tag>
+    class tensor {
+    public:
+        tensor(host_tensor<Tag> storage, const async_device& on)
+            : storage_(std::move(storage)), device_(on.weak_state())
+        {
+        }
+        [[nodiscard]] const host_tensor<Tag>& storage() const noexcept { return storage_; }
+        [[nodiscard]] const std::weak_ptr<detail::device_state>& device_state() const noexcept
+        {
+            return device_;
+        }
+
+    private:
+        host_tensor<Tag> storage_;
+        std::weak_ptr<detail::device_state> device_;
+    };
+    using float_tensor = tensor<struct async_float_tag>;
+    using quantized_tensor = tensor<struct async_quantized_tag>;
+
+    /// Queued on the tensor's device; `errc::cancelled` when cancelled, when the device shuts
+    /// down first or is already gone; `errc::read_failed` for an injected fault.
+    static boost::asio::awaitable<result<tensor_data>> float_into_data(float_tensor tensor);
+    static boost::asio::awaitable<result<tensor_data>> q_into_data(quantized_tensor tensor);
+
+    static result<float_tensor> float_from_data(tensor_data data, const device& device);
+    static result<quantized_tensor> q_from_data(tensor_data data, const device& device);
+    static result<float_tensor> float_cast(const float_tensor& tensor, dtype target);
+
+    static dtype dtype_of(const float_tensor& t) { return t.storage().get_dtype(); }
+    static dtype dtype_of(const quantized_tensor& t) { return t.storage().get_dtype(); }
+    static device float_device(const float_tensor& t)
+    {
+        return async_device::from_state(t.device_state());
+    }
+    static device q_device(const quantized_tensor& t)
+    {
+        return async_device::from_state(t.device_state());
+    }
+    static bool blocking_reads(const device& d) { return d.blocking_reads(); }
+    static constexpr std::string_view name() { return "async"; }
+};
+
+static_assert(backend<async_backend>);
+
+} // namespace ruda

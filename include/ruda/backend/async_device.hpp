@@ -1,0 +1,135 @@
+// An asynchronous device modelled on a GPU copy engine: its own worker thread queues reads,
+// completes each after the configured latency and bandwidth, and resumes the reader on the
+// reader's own executor. Options inject faults; counters show what happened.
+#pragma once
+
+#include <ruda/tensor/tensor_data.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace ruda {
+
+namespace detail {
+class device_state;
+} // namespace detail
+
+/// A handle to an asynchronous device. Copies share one device; it shuts down when the last
+/// handle goes, completing every pending read with `operation_aborted` (`errc::cancelled`).
+/// Tensors refer to their device weakly, so they never keep it alive.
+///
+///     ruda::async_device gpu{{.latency = std::chrono::milliseconds(2),
+///                             .bytes_per_second = 12e9, .concurrent_transfers = 8}};
+class async_device {
+public:
+    struct options {
+        /// Time from the start of a transfer to its first byte.
+        std::chrono::nanoseconds latency{0};
+        /// Transfer rate of one transfer; 0 means unlimited.
+        double bytes_per_second = 0;
+        /// Transfers in progress at once (at least 1); further reads queue.
+        std::size_t concurrent_transfers = 4;
+        /// False models a device that can only make progress inside the caller's event loop
+        /// (WebGPU on the web): `blocking_reads()` reports false, so sync reads refuse.
+        bool blocking_reads = true;
+        /// Reads never complete on their own, only when cancelled or at shutdown: a device
+        /// that hangs.
+        bool hang_reads = false;
+        /// Fail the k-th read issued (1-based) with `errc::read_failed`; 0 fails none.
+        std::uint64_t fail_read = 0;
+        /// Fail each read with this probability, decided from `fault_seed` and the read's
+        /// sequence number, so a run is reproducible.
+        double fail_probability = 0;
+        std::uint64_t fault_seed = 1;
+    };
+
+    /// What the device has done so far.
+    struct counters {
+        std::uint64_t reads_issued = 0;
+        std::uint64_t reads_completed = 0; ///< succeeded
+        std::uint64_t reads_failed = 0;    ///< injected faults
+        std::uint64_t reads_cancelled = 0; ///< cancelled or cut off by shutdown
+        std::uint64_t bytes_read = 0;
+        std::size_t in_flight = 0; ///< issued and not yet completed
+        std::size_t peak_in_flight = 0;
+    };
+
+    explicit async_device(options opts);
+    async_device() : async_device(options{}) {}
+
+    [[nodiscard]] const options& get_options() const;
+    [[nodiscard]] counters stats() const;
+    /// Starts a new peak measurement from the current number in flight.
+    void reset_peak() const;
+    [[nodiscard]] bool blocking_reads() const;
+    /// The executor of the device's worker, for short device callbacks. Never block on it (a
+    /// sync read called there refuses, because the read would need this very thread) and
+    /// never let the last handle of the device go there. Requires a live device.
+    [[nodiscard]] boost::asio::io_context::executor_type executor() const;
+    /// Whether the calling thread is the device's worker.
+    [[nodiscard]] bool running_in_worker_thread() const;
+
+    friend bool operator==(const async_device& a, const async_device& b) noexcept
+    {
+        return a.state_ == b.state_;
+    }
+
+    /// The state tensors refer to.
+    [[nodiscard]] std::weak_ptr<detail::device_state> weak_state() const noexcept
+    {
+        return state_;
+    }
+    /// A handle for a state tensors refer to; a device that has shut down gives a handle whose
+    /// reads complete at once with `operation_aborted`.
+    static async_device from_state(std::weak_ptr<detail::device_state> state);
+
+private:
+    explicit async_device(std::shared_ptr<detail::device_state> state)
+        : state_(std::move(state))
+    {
+    }
+    std::shared_ptr<detail::device_state> state_;
+};
+
+namespace detail {
+
+using read_handler = boost::asio::any_completion_handler<void(boost::system::error_code,
+                                                              tensor_data)>;
+
+// Queues a read of `source` on the device (or completes it with operation_aborted when the
+// device is gone). Completion is posted to `handler_executor`, never run inline.
+void submit_read(const std::weak_ptr<device_state>& device,
+                 std::shared_ptr<const tensor_data> source,
+                 boost::asio::any_io_executor handler_executor, read_handler handler);
+
+} // namespace detail
+
+/// Reads `source` on `device` for any completion token, with signature
+/// `void(boost::system::error_code, tensor_data)`. Honours per-operation cancellation: a
+/// cancelled read completes promptly with `operation_aborted`.
+template <class CompletionToken>
+auto async_device_read(std::weak_ptr<detail::device_state> device,
+                       std::shared_ptr<const tensor_data> source, CompletionToken&& token)
+{
+    return boost::asio::async_initiate<CompletionToken,
+                                       void(boost::system::error_code, tensor_data)>(
+        [](auto handler, std::weak_ptr<detail::device_state> dev,
+           std::shared_ptr<const tensor_data> src) {
+            boost::asio::any_io_executor handler_executor =
+                boost::asio::get_associated_executor(handler);
+            detail::submit_read(dev, std::move(src), std::move(handler_executor),
+                                detail::read_handler{std::move(handler)});
+        },
+        token, std::move(device), std::move(source));
+}
+
+} // namespace ruda

@@ -1,0 +1,64 @@
+// The `ruda::backend` concept: what a device backend provides so that ruda can read its
+// gradient tensors into host `tensor_data` and upload them again on restore.
+#pragma once
+
+#include <ruda/error.hpp>
+#include <ruda/tensor/dtype.hpp>
+#include <ruda/tensor/tensor_data.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <concepts>
+#include <string_view>
+#include <variant>
+
+namespace ruda {
+
+/// A backend `B` names its device and tensor types and provides static operations:
+/// - `float_into_data(float_tensor)`, `q_into_data(quantized_tensor)`: the device read, an
+///   `awaitable<result<tensor_data>>` that honours Asio per-operation cancellation (a
+///   cancelled read completes promptly with `errc::cancelled`);
+/// - `float_from_data(tensor_data, const device&)`, `q_from_data(…)`: the upload;
+/// - `float_cast(float_tensor, dtype)`: a float tensor in another float dtype;
+/// - `dtype_of(tensor)`, `float_device(tensor)`, `q_device(tensor)`;
+/// - `blocking_reads(device)`: whether a blocking read can ever succeed on that device;
+/// - `name()`: for messages.
+template <class B>
+concept backend =
+    requires {
+        typename B::device;
+        typename B::float_tensor;
+        typename B::quantized_tensor;
+    } && std::copyable<typename B::float_tensor> &&
+    std::copyable<typename B::quantized_tensor> &&
+    requires(const typename B::float_tensor& f, const typename B::quantized_tensor& q,
+             const tensor_data& data, const typename B::device& device, const dtype& type) {
+        {
+            B::float_into_data(f)
+        } -> std::same_as<boost::asio::awaitable<result<tensor_data>>>;
+        {
+            B::q_into_data(q)
+        } -> std::same_as<boost::asio::awaitable<result<tensor_data>>>;
+        { B::float_from_data(data, device) } -> std::same_as<result<typename B::float_tensor>>;
+        { B::q_from_data(data, device) } -> std::same_as<result<typename B::quantized_tensor>>;
+        { B::float_cast(f, type) } -> std::same_as<result<typename B::float_tensor>>;
+        { B::dtype_of(f) } -> std::same_as<dtype>;
+        { B::dtype_of(q) } -> std::same_as<dtype>;
+        { B::float_device(f) } -> std::same_as<typename B::device>;
+        { B::q_device(q) } -> std::same_as<typename B::device>;
+        { B::blocking_reads(device) } -> std::same_as<bool>;
+        { B::name() } -> std::convertible_to<std::string_view>;
+    };
+
+/// A gradient on backend `B`: a float tensor or a quantized one.
+template <backend B>
+using tensor_primitive = std::variant<typename B::float_tensor, typename B::quantized_tensor>;
+
+/// The dtype of either alternative.
+template <backend B>
+[[nodiscard]] dtype dtype_of(const tensor_primitive<B>& tensor)
+{
+    return std::visit([](const auto& t) { return B::dtype_of(t); }, tensor);
+}
+
+} // namespace ruda
