@@ -7,6 +7,10 @@
 #include <ruda/backend/cpu_backend.hpp>
 #include <ruda/backend/host_tensor.hpp>
 #include <ruda/error.hpp>
+#include <ruda/optim/gradients_params.hpp>
+#include <ruda/optim/gradients_params_record.hpp>
+#include <ruda/optim/param_id.hpp>
+#include <ruda/optim/snapshot_options.hpp>
 #include <ruda/runtime/blocking_scope.hpp>
 #include <ruda/runtime/error_mapping.hpp>
 #include <ruda/runtime/gather.hpp>

@@ -61,4 +61,25 @@ template <backend B>
     return std::visit([](const auto& t) { return B::dtype_of(t); }, tensor);
 }
 
+/// The device read of either alternative.
+template <backend B>
+[[nodiscard]] boost::asio::awaitable<result<tensor_data>>
+into_data(const tensor_primitive<B>& tensor)
+{
+    if (const auto* float_tensor = std::get_if<typename B::float_tensor>(&tensor)) {
+        return B::float_into_data(*float_tensor);
+    }
+    return B::q_into_data(std::get<typename B::quantized_tensor>(tensor));
+}
+
+/// The device either alternative lives on.
+template <backend B>
+[[nodiscard]] typename B::device device_of(const tensor_primitive<B>& tensor)
+{
+    if (const auto* float_tensor = std::get_if<typename B::float_tensor>(&tensor)) {
+        return B::float_device(*float_tensor);
+    }
+    return B::q_device(std::get<typename B::quantized_tensor>(tensor));
+}
+
 } // namespace ruda

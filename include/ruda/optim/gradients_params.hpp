@@ -1,0 +1,162 @@
+// The gradients of a model's parameters, keyed by `param_id`: a type-erased map whose entries
+// each belong to one backend, and the snapshot of all of them into a host-owned record.
+#pragma once
+
+#include <ruda/backend/backend.hpp>
+#include <ruda/error.hpp>
+#include <ruda/optim/gradients_params_record.hpp>
+#include <ruda/optim/param_id.hpp>
+#include <ruda/optim/snapshot_options.hpp>
+#include <ruda/runtime/gather.hpp>
+#include <ruda/runtime/try_read_sync.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <algorithm>
+#include <any>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace ruda {
+
+class gradients_params {
+public:
+    /// Registers `tensor` under `id`, replacing whatever was there (on any backend).
+    template <backend B>
+    void insert(param_id id, tensor_primitive<B> tensor)
+    {
+        entries_.insert_or_assign(id, std::any{std::move(tensor)});
+    }
+
+    /// The tensor under `id` if there is one on backend `B`; nothing when the id is absent or
+    /// was registered with another backend.
+    template <backend B>
+    [[nodiscard]] std::optional<tensor_primitive<B>> get(param_id id) const
+    {
+        const auto found = entries_.find(id);
+        if (found == entries_.end()) {
+            return std::nullopt;
+        }
+        if (const auto* tensor = std::any_cast<tensor_primitive<B>>(&found->second)) {
+            return *tensor;
+        }
+        return std::nullopt;
+    }
+
+    /// Removes and returns the tensor under `id` when it is on backend `B`; an entry of
+    /// another backend stays.
+    template <backend B>
+    std::optional<tensor_primitive<B>> remove(param_id id)
+    {
+        auto tensor = get<B>(id);
+        if (tensor) {
+            entries_.erase(id);
+        }
+        return tensor;
+    }
+
+    /// Every id, in ascending order.
+    [[nodiscard]] std::vector<param_id> ids() const;
+    [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
+    [[nodiscard]] bool empty() const noexcept { return entries_.empty(); }
+
+    /// Reads every gradient into a record, entries sorted by id, with at most
+    /// `options.max_in_flight` reads at once. The handles are captured by this call, so the
+    /// container may change or be destroyed while the reads are in flight. The first failure
+    /// ("Missing gradient for parameter 7", "Reading gradient for parameter 7: …") cancels
+    /// the other reads; no partial record comes out. Cancelling the awaiting coroutine
+    /// cancels the reads and gives `errc::cancelled`.
+    template <backend B>
+    [[nodiscard]] boost::asio::awaitable<result<gradients_params_record>>
+    to_record_async(snapshot_options options = {}) const
+    {
+        return read_all<B>(capture<B>(), options);
+    }
+
+    /// The same snapshot, blocking the calling thread, through `try_read_sync`. Refuses with
+    /// `errc::sync_read_unavailable` ("Synchronous gradient read is unavailable; use
+    /// to_record_async"), reading nothing, on a device without blocking reads, on a thread
+    /// that must not block (a device worker, an event loop in a `no_blocking_scope`, inside
+    /// another sync wait), or when `options.refuse_if` says so.
+    template <backend B>
+    [[nodiscard]] result<gradients_params_record>
+    try_to_record(snapshot_options options = {}) const;
+
+private:
+    template <backend B>
+    struct captured {
+        std::uint64_t id;
+        std::optional<tensor_primitive<B>> tensor; // empty: missing or another backend's
+    };
+
+    template <backend B>
+    std::vector<captured<B>> capture() const
+    {
+        std::vector<captured<B>> handles;
+        handles.reserve(entries_.size());
+        for (const param_id id : ids()) {
+            handles.push_back({id.val(), get<B>(id)});
+        }
+        return handles;
+    }
+
+    template <backend B>
+    static boost::asio::awaitable<result<gradient_entry>> read_one(const captured<B>& handle)
+    {
+        if (!handle.tensor) {
+            co_return error{errc::backend_mismatch,
+                            "Missing gradient for parameter " + std::to_string(handle.id) +
+                                ": it was registered with another backend than " +
+                                std::string{B::name()}};
+        }
+        const dtype original = dtype_of<B>(*handle.tensor);
+        auto data = co_await into_data<B>(*handle.tensor);
+        if (!data) {
+            co_return error{data.error().code(), "Reading gradient for parameter " +
+                                                     std::to_string(handle.id) + ": " +
+                                                     data.error().message()};
+        }
+        co_return gradient_entry{handle.id, original, std::move(data).value()};
+    }
+
+    template <backend B>
+    static boost::asio::awaitable<result<gradients_params_record>>
+    read_all(std::vector<captured<B>> handles, snapshot_options options)
+    {
+        const auto read = [&handles](std::size_t i) { return read_one<B>(handles[i]); };
+        auto entries = co_await gather(handles.size(), options.max_in_flight, read);
+        if (!entries) {
+            co_return std::move(entries).error();
+        }
+        co_return gradients_params_record{std::move(entries).value()};
+    }
+
+    std::unordered_map<param_id, std::any> entries_;
+};
+
+template <backend B>
+result<gradients_params_record> gradients_params::try_to_record(snapshot_options options) const
+{
+    auto handles = capture<B>();
+    sync_read_options sync;
+    sync.blocking_reads = std::all_of(handles.begin(), handles.end(), [](const captured<B>& h) {
+        return !h.tensor || B::blocking_reads(device_of<B>(*h.tensor));
+    });
+    sync.refuse_if = options.refuse_if;
+    sync.deadline = options.deadline;
+    auto record = try_read_sync(
+        [&] { return read_all<B>(std::move(handles), options); }, sync);
+    if (!record && record.error() == errc::sync_read_unavailable) {
+        return error{errc::sync_read_unavailable,
+                     "Synchronous gradient read is unavailable; use to_record_async (" +
+                         record.error().message() + ")"};
+    }
+    return record;
+}
+
+} // namespace ruda

@@ -1,0 +1,47 @@
+// The host-owned snapshot of a model's gradients: per parameter its id, the dtype the
+// gradient had on the device, and the data as stored (which a precision setting may narrow).
+#pragma once
+
+#include <ruda/tensor/dtype.hpp>
+#include <ruda/tensor/tensor_data.hpp>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace ruda {
+
+/// One gradient: its parameter id, its original dtype, then its stored data.
+struct gradient_entry {
+    std::uint64_t id;
+    ruda::dtype dtype;
+    tensor_data data;
+
+    friend bool operator==(const gradient_entry&, const gradient_entry&) = default;
+};
+
+/// Any list of entries makes a record, malformed ones included: restoring validates it.
+class gradients_params_record {
+public:
+    explicit gradients_params_record(std::vector<gradient_entry> entries)
+        : entries_(std::move(entries))
+    {
+    }
+
+    [[nodiscard]] const std::vector<gradient_entry>& entries() const& noexcept
+    {
+        return entries_;
+    }
+    [[nodiscard]] std::vector<gradient_entry> into_entries() && noexcept
+    {
+        return std::move(entries_);
+    }
+
+    friend bool operator==(const gradients_params_record&,
+                           const gradients_params_record&) = default;
+
+private:
+    std::vector<gradient_entry> entries_;
+};
+
+} // namespace ruda

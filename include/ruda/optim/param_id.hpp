@@ -1,0 +1,39 @@
+// The identity of a model parameter, the key of every gradient: a 64-bit value, random when
+// generated, stable across save and restore.
+#pragma once
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace ruda {
+
+class param_id {
+public:
+    constexpr explicit param_id(std::uint64_t value) noexcept : value_(value) {}
+
+    /// A fresh id from 8 random bytes (std::random_device).
+    [[nodiscard]] static param_id generate();
+
+    [[nodiscard]] constexpr std::uint64_t val() const noexcept { return value_; }
+
+    friend constexpr auto operator<=>(param_id, param_id) noexcept = default;
+
+private:
+    std::uint64_t value_;
+};
+
+/// The decimal value; every ruda message names a parameter this way.
+[[nodiscard]] std::string to_string(param_id id);
+
+} // namespace ruda
+
+template <>
+struct std::hash<ruda::param_id> {
+    std::size_t operator()(ruda::param_id id) const noexcept
+    {
+        return std::hash<std::uint64_t>{}(id.val());
+    }
+};

@@ -1,0 +1,229 @@
+// Gradient snapshots: sorted entries with the original dtype, point-in-time capture while
+// another coroutine keeps writing, the in-flight limit, the reference's error texts, no
+// partial record, cancellation, and the blocking form's refusals.
+#include "../support/async_test.hpp"
+
+#include <ruda/backend/async_backend.hpp>
+#include <ruda/backend/cpu_backend.hpp>
+#include <ruda/optim/gradients_params.hpp>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/test/unit_test.hpp>
+
+namespace {
+
+using namespace std::chrono_literals;
+using ruda::errc;
+using cpu = ruda::cpu_backend;
+using gpu = ruda::async_backend;
+
+ruda::tensor_data floats(std::vector<float> values)
+{
+    const std::size_t n = values.size();
+    return ruda::tensor_data::from_values(std::move(values), {n}).value();
+}
+
+ruda::gradients_params device_grads(const ruda::async_device& device, std::size_t count)
+{
+    ruda::gradients_params grads;
+    for (std::size_t i = 0; i < count; ++i) {
+        grads.insert<gpu>(ruda::param_id{100 - i},
+                          gpu::float_from_data(floats({float(i), 0.5F}), device).value());
+    }
+    return grads;
+}
+
+// Keeps replacing and adding gradients until told to stop, yielding between writes.
+boost::asio::awaitable<ruda::result<int>> keep_writing(ruda::gradients_params& grads,
+                                                       const ruda::async_device& device,
+                                                       const bool& stop)
+{
+    boost::asio::steady_timer tick{co_await boost::asio::this_coro::executor};
+    int writes = 0;
+    while (!stop) {
+        grads.insert<gpu>(ruda::param_id{100}, gpu::float_from_data(floats({-1, -1}), device).value());
+        grads.insert<gpu>(ruda::param_id{1000 + std::uint64_t(writes)},
+                          gpu::float_from_data(floats({-2, -2}), device).value());
+        ++writes;
+        tick.expires_after(1ms);
+        co_await tick.async_wait(boost::asio::use_awaitable);
+    }
+    co_return writes;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(optim_snapshot)
+
+BOOST_AUTO_TEST_CASE(entries_are_sorted_with_the_original_dtype)
+{
+    const ruda::test::watchdog guard{"entries_are_sorted_with_the_original_dtype"};
+    ruda::gradients_params grads;
+    const auto half = floats({1.5F, 2.5F}).convert(ruda::dtype::bf16()).value();
+    grads.insert<cpu>(ruda::param_id{30}, cpu::float_from_data(half, {}).value());
+    grads.insert<cpu>(ruda::param_id{10}, cpu::float_from_data(floats({3}), {}).value());
+    boost::asio::io_context io;
+    auto record = ruda::test::run_to_end(io, grads.to_record_async<cpu>());
+    BOOST_REQUIRE(record.has_value());
+    BOOST_REQUIRE(*record);
+    const auto& entries = record->value().entries();
+    BOOST_REQUIRE_EQUAL(entries.size(), 2U);
+    BOOST_TEST(entries[0].id == 10U);
+    BOOST_TEST(entries[0].dtype == ruda::dtype::f32());
+    BOOST_TEST(entries[1].id == 30U);
+    BOOST_TEST(entries[1].dtype == ruda::dtype::bf16());
+    BOOST_TEST(entries[1].data == half);
+}
+
+BOOST_AUTO_TEST_CASE(an_empty_container_gives_an_empty_record)
+{
+    const ruda::test::watchdog guard{"an_empty_container_gives_an_empty_record"};
+    const ruda::gradients_params grads;
+    auto record = grads.try_to_record<cpu>();
+    BOOST_REQUIRE(record);
+    BOOST_TEST(record.value().entries().empty());
+}
+
+BOOST_AUTO_TEST_CASE(holds_exactly_the_handles_present_at_the_call)
+{
+    const ruda::test::watchdog guard{"holds_exactly_the_handles_present_at_the_call"};
+    const ruda::async_device device{{.latency = 5ms, .concurrent_transfers = 2}};
+    auto grads = device_grads(device, 6);
+    boost::asio::io_context io;
+    auto snapshot = ruda::test::spawn(io, grads.to_record_async<gpu>({.max_in_flight = 2}));
+    bool stop = false;
+    auto writer = ruda::test::spawn(io, keep_writing(grads, device, stop));
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return snapshot->done.load(); }));
+    stop = true;
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return writer->done.load(); }));
+    BOOST_TEST(writer->value->value() > 2); // the writer really ran during the reads
+    BOOST_REQUIRE(snapshot->value.has_value());
+    BOOST_REQUIRE(*snapshot->value);
+    const auto& entries = snapshot->value->value().entries();
+    BOOST_REQUIRE_EQUAL(entries.size(), 6U);
+    for (std::size_t k = 0; k < 6; ++k) {
+        // ids 95..100 in order; id 100 - i held the value i at the call.
+        BOOST_TEST(entries[k].id == 95 + k);
+        BOOST_TEST(entries[k].data.values<float>().value()[0] == float(5 - k));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(the_container_may_die_before_the_reads_run)
+{
+    const ruda::test::watchdog guard{"the_container_may_die_before_the_reads_run"};
+    const ruda::async_device device{{.latency = 1ms}};
+    std::optional<boost::asio::awaitable<ruda::result<ruda::gradients_params_record>>> pending;
+    {
+        const auto grads = device_grads(device, 3);
+        pending.emplace(grads.to_record_async<gpu>());
+    }
+    boost::asio::io_context io;
+    auto record = ruda::test::run_to_end(io, std::move(*pending));
+    BOOST_REQUIRE(record.has_value());
+    BOOST_REQUIRE(*record);
+    BOOST_TEST(record->value().entries().size() == 3U);
+}
+
+BOOST_AUTO_TEST_CASE(reads_stay_within_max_in_flight)
+{
+    const ruda::test::watchdog guard{"reads_stay_within_max_in_flight"};
+    const ruda::async_device device{{.latency = 1ms, .concurrent_transfers = 64}};
+    const auto grads = device_grads(device, 30);
+    boost::asio::io_context io;
+    auto record = ruda::test::run_to_end(io, grads.to_record_async<gpu>({.max_in_flight = 3}));
+    BOOST_REQUIRE(record.has_value());
+    BOOST_REQUIRE(*record);
+    BOOST_TEST(device.stats().peak_in_flight <= 3U);
+    BOOST_TEST(device.stats().reads_issued == 30U);
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_read_names_the_parameter_and_returns_no_record)
+{
+    const ruda::test::watchdog guard{"a_failed_read_names_the_parameter_and_returns_no_record"};
+    const ruda::async_device device{{.latency = 1ms, .fail_read = 2}};
+    const auto grads = device_grads(device, 5);
+    boost::asio::io_context io;
+    auto record = ruda::test::run_to_end(io, grads.to_record_async<gpu>({.max_in_flight = 1}));
+    BOOST_REQUIRE(record.has_value());
+    BOOST_REQUIRE(!*record);
+    BOOST_TEST(record->error() == errc::read_failed);
+    // The second read in id order is parameter 97.
+    BOOST_TEST(record->error().message().find("Reading gradient for parameter 97: ") == 0U);
+    BOOST_TEST(device.stats().reads_issued == 2U);
+}
+
+BOOST_AUTO_TEST_CASE(a_gradient_of_another_backend_is_an_error)
+{
+    const ruda::test::watchdog guard{"a_gradient_of_another_backend_is_an_error"};
+    const ruda::async_device device;
+    auto grads = device_grads(device, 2);
+    grads.insert<cpu>(ruda::param_id{5}, cpu::float_from_data(floats({1}), {}).value());
+    auto record = grads.try_to_record<gpu>();
+    BOOST_REQUIRE(!record);
+    BOOST_TEST(record.error() == errc::backend_mismatch);
+    BOOST_TEST(record.error().message().find("Missing gradient for parameter 5") == 0U);
+}
+
+BOOST_AUTO_TEST_CASE(cancelling_the_snapshot_cancels_the_reads)
+{
+    const ruda::test::watchdog guard{"cancelling_the_snapshot_cancels_the_reads"};
+    const ruda::async_device device{{.concurrent_transfers = 8, .hang_reads = true}};
+    const auto grads = device_grads(device, 20);
+    boost::asio::io_context io;
+    boost::asio::cancellation_signal cancel;
+    auto out = ruda::test::spawn(io, grads.to_record_async<gpu>(), &cancel);
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return device.stats().in_flight == 8; }));
+    cancel.emit(boost::asio::cancellation_type::terminal);
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return out->done.load(); }));
+    BOOST_REQUIRE(out->value.has_value());
+    BOOST_REQUIRE(!*out->value);
+    BOOST_TEST(out->value->error() == errc::cancelled);
+    BOOST_TEST(device.stats().in_flight == 0U);
+}
+
+BOOST_AUTO_TEST_CASE(try_to_record_reads_on_a_blocking_device)
+{
+    const ruda::test::watchdog guard{"try_to_record_reads_on_a_blocking_device"};
+    const ruda::async_device device{{.latency = 1ms}};
+    const auto grads = device_grads(device, 4);
+    auto record = grads.try_to_record<gpu>();
+    BOOST_REQUIRE(record);
+    BOOST_TEST(record.value().entries().size() == 4U);
+}
+
+BOOST_AUTO_TEST_CASE(try_to_record_refuses_without_reading)
+{
+    const ruda::test::watchdog guard{"try_to_record_refuses_without_reading"};
+    const ruda::async_device web{{.blocking_reads = false}};
+    const auto grads = device_grads(web, 3);
+    auto refused = grads.try_to_record<gpu>();
+    BOOST_REQUIRE(!refused);
+    BOOST_TEST(refused.error() == errc::sync_read_unavailable);
+    BOOST_TEST(refused.error().message().find(
+                   "Synchronous gradient read is unavailable; use to_record_async") == 0U);
+    BOOST_TEST(web.stats().reads_issued == 0U);
+
+    const ruda::async_device device;
+    const auto on_loop = device_grads(device, 3);
+    {
+        const ruda::no_blocking_scope event_loop;
+        BOOST_TEST(on_loop.try_to_record<gpu>().error() == errc::sync_read_unavailable);
+    }
+    BOOST_TEST(on_loop.try_to_record<gpu>({.refuse_if = [] { return true; }}).error() ==
+               errc::sync_read_unavailable);
+    BOOST_TEST(device.stats().reads_issued == 0U);
+}
+
+BOOST_AUTO_TEST_CASE(try_to_record_times_out_on_a_hung_device)
+{
+    const ruda::test::watchdog guard{"try_to_record_times_out_on_a_hung_device"};
+    const ruda::async_device device{{.hang_reads = true}};
+    const auto grads = device_grads(device, 3);
+    auto record = grads.try_to_record<gpu>({.deadline = 30ms});
+    BOOST_REQUIRE(!record);
+    BOOST_TEST(record.error() == errc::timed_out);
+    BOOST_TEST(device.stats().in_flight == 0U);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
