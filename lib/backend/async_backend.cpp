@@ -62,7 +62,7 @@ result<async_backend::float_tensor> async_backend::float_cast(const float_tensor
     if (dtype_of(tensor) == target) {
         return tensor;
     }
-    BOOST_OUTCOME_TRY(auto converted, tensor.storage().data().convert(target));
+    BOOST_OUTCOME_TRY(auto converted, detail::cast_data(tensor.storage().data(), target));
     return float_tensor{host_tensor<async_float_tag>{std::move(converted)},
                         float_device(tensor)};
 }

@@ -37,6 +37,16 @@ result<void> check_float_cast(dtype target, std::string_view backend)
     return success();
 }
 
+result<tensor_data> cast_data(const tensor_data& data, dtype target)
+{
+    BOOST_OUTCOME_TRY(auto converted, data.convert(target));
+    if (target == dtype::flex32()) {
+        auto dims = converted.shape();
+        return tensor_data{std::move(converted).into_bytes(), std::move(dims), target};
+    }
+    return converted;
+}
+
 boost::asio::awaitable<bool> cancel_requested()
 {
     const auto state = co_await boost::asio::this_coro::cancellation_state;

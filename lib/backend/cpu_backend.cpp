@@ -49,7 +49,7 @@ result<cpu_backend::float_tensor> cpu_backend::float_cast(const float_tensor& te
     if (tensor.get_dtype() == target) {
         return tensor;
     }
-    BOOST_OUTCOME_TRY(auto converted, tensor.data().convert(target));
+    BOOST_OUTCOME_TRY(auto converted, detail::cast_data(tensor.data(), target));
     return float_tensor{std::move(converted)};
 }
 

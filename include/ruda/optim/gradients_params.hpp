@@ -7,6 +7,7 @@
 #include <ruda/optim/gradients_params_record.hpp>
 #include <ruda/optim/param_id.hpp>
 #include <ruda/optim/snapshot_options.hpp>
+#include <ruda/optim/validate_record.hpp>
 #include <ruda/runtime/gather.hpp>
 #include <ruda/runtime/try_read_sync.hpp>
 
@@ -87,7 +88,32 @@ public:
     [[nodiscard]] result<gradients_params_record>
     try_to_record(snapshot_options options = {}) const;
 
+    /// Restores a record onto `device`: `validate_gradients_record` first, so a malformed
+    /// record allocates and uploads nothing; then each entry is converted back to its original
+    /// dtype and uploaded, with a `float_cast` where the backend gives another dtype. Restore
+    /// the model's parameter ids from the same checkpoint first, or these gradients match no
+    /// parameter.
+    template <backend B>
+    [[nodiscard]] static result<gradients_params> from_record(gradients_params_record record,
+                                                              const typename B::device& device);
+
 private:
+    template <backend B>
+    static result<tensor_primitive<B>> upload(gradient_entry entry,
+                                              const typename B::device& device)
+    {
+        if (entry.dtype.is_quantized()) {
+            BOOST_OUTCOME_TRY(auto tensor, B::q_from_data(std::move(entry.data), device));
+            return tensor_primitive<B>{std::move(tensor)};
+        }
+        BOOST_OUTCOME_TRY(auto data, std::move(entry.data).convert(entry.dtype));
+        BOOST_OUTCOME_TRY(auto tensor, B::float_from_data(std::move(data), device));
+        if (!(B::dtype_of(tensor) == entry.dtype)) {
+            BOOST_OUTCOME_TRY(tensor, B::float_cast(tensor, entry.dtype));
+        }
+        return tensor_primitive<B>{std::move(tensor)};
+    }
+
     template <backend B>
     struct captured {
         std::uint64_t id;
@@ -138,6 +164,26 @@ private:
 
     std::unordered_map<param_id, std::any> entries_;
 };
+
+template <backend B>
+result<gradients_params> gradients_params::from_record(gradients_params_record record,
+                                                       const typename B::device& device)
+{
+    BOOST_OUTCOME_TRY(validate_gradients_record(record));
+    gradients_params grads;
+    auto entries = std::move(record).into_entries();
+    for (gradient_entry& entry : entries) {
+        const std::uint64_t id = entry.id;
+        auto tensor = upload<B>(std::move(entry), device);
+        if (!tensor) {
+            return error{tensor.error().code(), "Restoring gradient for parameter " +
+                                                    std::to_string(id) + ": " +
+                                                    tensor.error().message()};
+        }
+        grads.insert<B>(param_id{id}, std::move(tensor).value());
+    }
+    return grads;
+}
 
 template <backend B>
 result<gradients_params_record> gradients_params::try_to_record(snapshot_options options) const

@@ -19,6 +19,9 @@ namespace ruda::detail {
                                                   std::string_view backend);
 /// `errc::invalid_dtype` unless `target` is a float dtype.
 [[nodiscard]] result<void> check_float_cast(dtype target, std::string_view backend);
+/// `data` as a tensor of float dtype `target`: converted, and labelled Flex32 when that is the
+/// target (a conversion alone labels Flex32 data as f32).
+[[nodiscard]] result<tensor_data> cast_data(const tensor_data& data, dtype target);
 /// Whether the awaiting coroutine has been asked to cancel.
 boost::asio::awaitable<bool> cancel_requested();
 
