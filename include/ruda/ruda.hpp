@@ -10,8 +10,11 @@
 #include <ruda/optim/gradients_params.hpp>
 #include <ruda/optim/gradients_params_record.hpp>
 #include <ruda/optim/param_id.hpp>
+#include <ruda/optim/record_serialization.hpp>
 #include <ruda/optim/snapshot_options.hpp>
 #include <ruda/optim/validate_record.hpp>
+#include <ruda/record/precision.hpp>
+#include <ruda/record/tensor_serialization.hpp>
 #include <ruda/runtime/blocking_scope.hpp>
 #include <ruda/runtime/error_mapping.hpp>
 #include <ruda/runtime/gather.hpp>

@@ -2,10 +2,13 @@
 // gradient had on the device, and the data as stored (which a precision setting may narrow).
 #pragma once
 
+#include <ruda/error.hpp>
+#include <ruda/record/precision.hpp>
 #include <ruda/tensor/dtype.hpp>
 #include <ruda/tensor/tensor_data.hpp>
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -35,6 +38,29 @@ public:
     [[nodiscard]] std::vector<gradient_entry> into_entries() && noexcept
     {
         return std::move(entries_);
+    }
+
+    /// The record as precision `S` stores it: non-quantized data converted to
+    /// `S::float_dtype()`, quantized data untouched, the original dtypes kept.
+    template <precision_settings S>
+    [[nodiscard]] result<gradients_params_record> into_item() const
+    {
+        std::vector<gradient_entry> stored;
+        stored.reserve(entries_.size());
+        for (const gradient_entry& entry : entries_) {
+            if (entry.data.dtype().is_quantized()) {
+                stored.push_back(entry);
+                continue;
+            }
+            auto data = entry.data.convert(S::float_dtype());
+            if (!data) {
+                return error{data.error().code(), "Storing gradient for parameter " +
+                                                      std::to_string(entry.id) + ": " +
+                                                      data.error().message()};
+            }
+            stored.push_back({entry.id, entry.dtype, std::move(data).value()});
+        }
+        return gradients_params_record{std::move(stored)};
     }
 
     friend bool operator==(const gradients_params_record&,

@@ -1,0 +1,59 @@
+// cereal serialization of gradient entries and records, so a record embeds in a user's own
+// archive next to the model and optimizer state. Versioned; loading malformed input throws
+// `cereal::Exception` like any cereal load (validate with `validate_gradients_record` after).
+#pragma once
+
+#include <ruda/optim/gradients_params_record.hpp>
+#include <ruda/record/tensor_serialization.hpp>
+
+#include <cereal/cereal.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace ruda {
+
+template <class Archive>
+void save(Archive& ar, const gradient_entry& e, std::uint32_t /*version*/)
+{
+    ar(cereal::make_nvp("id", e.id), cereal::make_nvp("dtype", e.dtype),
+       cereal::make_nvp("data", e.data));
+}
+
+template <class Archive>
+void load(Archive& ar, gradient_entry& e, std::uint32_t /*version*/)
+{
+    ar(cereal::make_nvp("id", e.id), cereal::make_nvp("dtype", e.dtype),
+       cereal::make_nvp("data", e.data));
+}
+
+template <class Archive>
+void save(Archive& ar, const gradients_params_record& r, std::uint32_t /*version*/)
+{
+    const auto& entries = r.entries();
+    // A count then unnamed entries: a size tag would turn this object into a JSON array.
+    ar(cereal::make_nvp("count", static_cast<std::uint64_t>(entries.size())));
+    for (const gradient_entry& entry : entries) {
+        ar(entry);
+    }
+}
+
+template <class Archive>
+void load(Archive& ar, gradients_params_record& r, std::uint32_t /*version*/)
+{
+    std::uint64_t count = 0;
+    ar(cereal::make_nvp("count", count));
+    // No reserve(count): the count is not trusted; each entry must actually be there.
+    std::vector<gradient_entry> entries;
+    for (std::uint64_t i = 0; i < count; ++i) {
+        gradient_entry entry{0, dtype::f32(), tensor_data{{}, shape{0}, dtype::f32()}};
+        ar(entry);
+        entries.push_back(std::move(entry));
+    }
+    r = gradients_params_record{std::move(entries)};
+}
+
+} // namespace ruda
+
+CEREAL_CLASS_VERSION(ruda::gradient_entry, 1)
+CEREAL_CLASS_VERSION(ruda::gradients_params_record, 1)
