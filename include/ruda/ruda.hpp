@@ -8,6 +8,7 @@
 #include <ruda/backend/host_tensor.hpp>
 #include <ruda/error.hpp>
 #include <ruda/optim/gradients_params.hpp>
+#include <ruda/optim/async_snapshot.hpp>
 #include <ruda/optim/gradients_params_record.hpp>
 #include <ruda/optim/param_id.hpp>
 #include <ruda/optim/record_serialization.hpp>

@@ -5,7 +5,13 @@
 
 #include <ruda/backend/async_backend.hpp>
 #include <ruda/backend/cpu_backend.hpp>
+#include <ruda/optim/async_snapshot.hpp>
 #include <ruda/optim/gradients_params.hpp>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/use_future.hpp>
+#include <thread>
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -224,6 +230,62 @@ BOOST_AUTO_TEST_CASE(try_to_record_times_out_on_a_hung_device)
     BOOST_REQUIRE(!record);
     BOOST_TEST(record.error() == errc::timed_out);
     BOOST_TEST(device.stats().in_flight == 0U);
+}
+
+namespace {
+
+boost::asio::awaitable<ruda::result<ruda::gradients_params_record>>
+snapshot_awaited(const ruda::gradients_params& grads)
+{
+    co_return co_await ruda::async_snapshot<gpu>(grads, {}, boost::asio::use_awaitable);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(async_snapshot_takes_any_completion_token)
+{
+    const ruda::test::watchdog guard{"async_snapshot_takes_any_completion_token"};
+    const ruda::async_device device{{.latency = 1ms}};
+    const auto grads = device_grads(device, 4);
+    boost::asio::io_context io;
+
+    auto awaited = ruda::test::run_to_end(io, snapshot_awaited(grads));
+    BOOST_REQUIRE(awaited.has_value());
+    BOOST_REQUIRE(*awaited);
+    BOOST_TEST(awaited->value().entries().size() == 4U);
+
+    std::optional<ruda::result<ruda::gradients_params_record>> called;
+    ruda::async_snapshot<gpu>(grads, {}, boost::asio::bind_executor(io, [&](auto r) {
+                                  called.emplace(std::move(r));
+                              }));
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return called.has_value(); }));
+    BOOST_TEST((called->value() == awaited->value()));
+
+    auto op = ruda::async_snapshot<gpu>(grads, {}, boost::asio::deferred);
+    std::optional<ruda::result<ruda::gradients_params_record>> deferred_result;
+    std::move(op)(boost::asio::bind_executor(io, [&](auto r) { deferred_result.emplace(std::move(r)); }));
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return deferred_result.has_value(); }));
+    BOOST_TEST((deferred_result->value() == awaited->value()));
+
+    auto work = boost::asio::make_work_guard(io);
+    io.restart();
+    std::thread runner{[&] { io.run(); }};
+    auto future = ruda::async_snapshot<gpu>(grads, {},
+                                            boost::asio::bind_executor(io, boost::asio::use_future));
+    const auto from_future = future.get();
+    work.reset();
+    runner.join();
+    BOOST_TEST((from_future.value() == awaited->value()));
+
+    // Failures arrive through the token too.
+    const ruda::async_device failing{{.fail_read = 1}};
+    const auto bad = device_grads(failing, 2);
+    std::optional<ruda::result<ruda::gradients_params_record>> failed;
+    ruda::async_snapshot<gpu>(bad, {}, boost::asio::bind_executor(io, [&](auto r) {
+                                  failed.emplace(std::move(r));
+                              }));
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return failed.has_value(); }));
+    BOOST_TEST(failed->error() == errc::read_failed);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

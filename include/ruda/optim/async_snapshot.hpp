@@ -1,0 +1,74 @@
+// The gradient snapshot as an Asio asynchronous operation, for any completion token:
+// use_awaitable, use_future, deferred or a plain callback.
+#pragma once
+
+#include <ruda/optim/gradients_params.hpp>
+
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/system_executor.hpp>
+
+#include <exception>
+#include <memory>
+#include <optional>
+#include <utility>
+
+namespace ruda {
+
+namespace detail {
+
+template <class Handler>
+struct snapshot_state {
+    explicit snapshot_state(Handler h) : handler(std::move(h)) {}
+    Handler handler;
+    std::optional<result<gradients_params_record>> value;
+};
+
+template <class State>
+boost::asio::awaitable<void> run_snapshot(boost::asio::awaitable<result<gradients_params_record>> op,
+                                          std::shared_ptr<State> state)
+{
+    try {
+        state->value.emplace(co_await std::move(op));
+    } catch (...) {
+        state->value.emplace(error_from_exception(std::current_exception(), "async_snapshot"));
+    }
+}
+
+} // namespace detail
+
+/// Snapshots `grads` like `to_record_async<B>(options)` (the handles are captured by this
+/// call) and completes with `void(ruda::result<gradients_params_record>)`. The reads run on
+/// the token's associated executor (the system executor if it has none); the token's
+/// cancellation slot cancels them.
+///
+///     auto future = ruda::async_snapshot<ruda::cpu_backend>(grads, {},
+///         boost::asio::bind_executor(io, boost::asio::use_future));
+template <backend B, class CompletionToken>
+auto async_snapshot(const gradients_params& grads, snapshot_options options,
+                    CompletionToken&& token)
+{
+    return boost::asio::async_initiate<CompletionToken, void(result<gradients_params_record>)>(
+        [](auto handler, boost::asio::awaitable<result<gradients_params_record>> op) {
+            using handler_type = decltype(handler);
+            const auto executor =
+                boost::asio::get_associated_executor(handler, boost::asio::system_executor{});
+            auto slot = boost::asio::get_associated_cancellation_slot(handler);
+            auto state = std::make_shared<detail::snapshot_state<handler_type>>(std::move(handler));
+            auto finish = [state](std::exception_ptr failure) {
+                if (failure) {
+                    state->value.emplace(error_from_exception(failure, "async_snapshot"));
+                }
+                std::move(state->handler)(std::move(*state->value));
+            };
+            boost::asio::co_spawn(executor,
+                                  detail::run_snapshot(std::move(op), state),
+                                  boost::asio::bind_cancellation_slot(slot, std::move(finish)));
+        },
+        token, grads.to_record_async<B>(std::move(options)));
+}
+
+} // namespace ruda
