@@ -188,10 +188,11 @@ result<void> validate_gradients_record(const gradients_params_record& record)
             return error{errc::shape_overflow, "Gradient shape overflows for parameter " + name +
                                                    ": " + shape_text(entry.data.shape())};
         }
-        if (const quant_scheme* scheme = entry.data.dtype().scheme()) {
+        const dtype stored = entry.data.dtype(); // a copy: scheme() points into it
+        if (const quant_scheme* scheme = stored.scheme()) {
             BOOST_OUTCOME_TRY(validate_quantized(id, entry.data, *scheme, num_elements.value()));
         }
-        if (entry.data.dtype().is_float()) {
+        if (stored.is_float()) {
             BOOST_OUTCOME_TRY(validate_float(id, entry, num_elements.value()));
         }
     }

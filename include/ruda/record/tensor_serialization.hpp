@@ -119,7 +119,8 @@ void save(Archive& ar, const tensor_data& t, std::uint32_t /*version*/)
     const auto& bytes = t.bytes();
     if constexpr (cereal::traits::is_text_archive<Archive>::value) {
         ar(cereal::make_nvp("byte_count", static_cast<std::uint64_t>(bytes.size())));
-        ar.saveBinaryValue(bytes.data(), bytes.size(), "bytes");
+        const std::uint8_t none = 0; // cereal copies from the pointer even for 0 bytes
+        ar.saveBinaryValue(bytes.empty() ? &none : bytes.data(), bytes.size(), "bytes");
     } else {
         ar(cereal::make_nvp("bytes", bytes)); // one bulk write: uint8_t is arithmetic
     }
@@ -137,7 +138,8 @@ void load(Archive& ar, tensor_data& t, std::uint32_t /*version*/)
         std::uint64_t count = 0;
         ar(cereal::make_nvp("byte_count", count));
         bytes.resize(count);
-        ar.loadBinaryValue(bytes.data(), bytes.size(), "bytes");
+        std::uint8_t none = 0; // cereal copies into the pointer even for 0 bytes
+        ar.loadBinaryValue(bytes.empty() ? &none : bytes.data(), bytes.size(), "bytes");
     } else {
         ar(cereal::make_nvp("bytes", bytes));
     }
