@@ -27,10 +27,9 @@ struct read_op {
     enum class phase { queued, transferring, done };
 
     read_op(std::shared_ptr<const tensor_data> src, boost::asio::any_io_executor ex,
-            read_handler h, std::uint64_t n)
-        : source(std::move(src)),
-          work(track_work(std::move(ex))),
-          handler(std::move(h)), sequence(n)
+            read_handler h, bool fault)
+        : source(std::move(src)), work(track_work(std::move(ex))), handler(std::move(h)),
+          inject_fault(fault)
     {
     }
 
@@ -38,11 +37,16 @@ struct read_op {
     // Keeps the reader's context running until the completion is posted to it.
     boost::asio::any_io_executor work;
     read_handler handler;
-    std::uint64_t sequence;
-    bool inject_fault = false;
+    bool inject_fault;
     phase state = phase::queued;
     std::optional<boost::asio::steady_timer> timer;
 };
+
+async_device::options with_one_transfer_at_least(async_device::options opts)
+{
+    opts.concurrent_transfers = std::max<std::size_t>(opts.concurrent_transfers, 1);
+    return opts;
+}
 
 tensor_data empty_data() { return tensor_data{{}, shape{0}, dtype::f32()}; }
 
@@ -59,12 +63,12 @@ std::uint64_t splitmix64(std::uint64_t x)
 class device_state {
 public:
     explicit device_state(async_device::options opts)
-        : options_(opts), work_(io_.get_executor()), worker_([this] {
+        : options_(with_one_transfer_at_least(opts)), work_(io_.get_executor()),
+          worker_([this] {
               const no_blocking_scope device_thread;
               io_.run();
           })
     {
-        options_.concurrent_transfers = std::max<std::size_t>(options_.concurrent_transfers, 1);
     }
 
     ~device_state()
@@ -86,8 +90,7 @@ public:
         note_in_flight(in_flight_.fetch_add(1) + 1);
         auto slot = boost::asio::get_associated_cancellation_slot(handler);
         auto op = std::make_shared<read_op>(std::move(source), std::move(ex), std::move(handler),
-                                            sequence);
-        op->inject_fault = should_fail(sequence);
+                                            should_fail(sequence));
         if (slot.is_connected()) {
             // Runs on the reader's thread; the worker does the cancelling.
             slot.assign([device = std::weak_ptr<device_state>(self),
@@ -95,7 +98,10 @@ public:
                 if (auto dev = device.lock()) {
                     if (auto target = weak_op.lock()) {
                         boost::asio::post(dev->io_,
-                                          [d = dev.get(), target] { d->cancel(target); });
+                                          [d = dev.get(), target] {
+                                              d->finish(target,
+                                                        boost::asio::error::operation_aborted);
+                                          });
                     }
                 }
             });
@@ -180,13 +186,6 @@ private:
                 finish(op, {}, tensor_data{*op->source});
             }
         });
-    }
-
-    void cancel(const std::shared_ptr<read_op>& op)
-    {
-        if (op->state != read_op::phase::done) {
-            finish(op, boost::asio::error::operation_aborted);
-        }
     }
 
     // Completes `op` exactly once, then starts the next queued read.

@@ -34,6 +34,12 @@ std::string shape_text(const shape& dims)
     return text + "]";
 }
 
+error invalid_quantization(std::uint64_t id, const std::string& reason)
+{
+    return {errc::invalid_quantization,
+            "Invalid quantized gradient for parameter " + std::to_string(id) + ": " + reason};
+}
+
 bool compatible(const dtype& original, const dtype& stored)
 {
     if (original.is_quantized() || stored.is_quantized()) {
@@ -47,29 +53,24 @@ bool compatible(const dtype& original, const dtype& stored)
 result<std::size_t> values_bytes(std::uint64_t id, const tensor_data& data,
                                  const quant_scheme& scheme, std::size_t num_elements)
 {
-    const auto invalid = [id](const std::string& reason) {
-        return error{errc::invalid_quantization,
-                     "Invalid quantized gradient for parameter " + std::to_string(id) + ": " +
-                         reason};
-    };
     if (scheme.store.get_kind() == quant_store::kind::native) {
         return num_elements;
     }
     const std::size_t rank = data.shape().size();
     if (scheme.store.dim() >= rank) {
-        return invalid("packing dimension exceeds tensor rank");
+        return invalid_quantization(id, "packing dimension exceeds tensor rank");
     }
     const std::size_t axis = rank - scheme.store.dim() - 1;
     std::size_t value_size = 4;
     if (scheme.store.get_kind() == quant_store::kind::packed_native) {
         if (scheme.value != quant_value::e2m1) {
-            return invalid("value type does not support native packing");
+            return invalid_quantization(id, "value type does not support native packing");
         }
         value_size = 1;
     }
     const std::size_t num_quants = scheme.num_quants();
     if (num_quants == 0) {
-        return invalid("value type does not fit its storage");
+        return invalid_quantization(id, "value type does not fit its storage");
     }
     std::optional<std::size_t> count = 1;
     for (std::size_t d = 0; d < rank && count; ++d) {
@@ -77,11 +78,11 @@ result<std::size_t> values_bytes(std::uint64_t id, const tensor_data& data,
         count = checked_mul(*count, d == axis ? div_ceil(size, num_quants) : size);
     }
     if (!count) {
-        return invalid("packed value count overflows");
+        return invalid_quantization(id, "packed value count overflows");
     }
     const auto bytes = checked_mul(*count, value_size);
     if (!bytes) {
-        return invalid("packed value byte count overflows");
+        return invalid_quantization(id, "packed value byte count overflows");
     }
     return *bytes;
 }
@@ -90,13 +91,9 @@ result<void> validate_quantized(std::uint64_t id, const tensor_data& data,
                                 const quant_scheme& scheme, std::size_t num_elements)
 {
     const std::string name = std::to_string(id);
-    const auto invalid = [&name](const std::string& reason) {
-        return error{errc::invalid_quantization,
-                     "Invalid quantized gradient for parameter " + name + ": " + reason};
-    };
     const bool blocked = scheme.level.get_kind() == quant_level::kind::block;
     if (blocked && !scheme.level.blocks().valid()) {
-        return invalid("quantization block size has more than " +
+        return invalid_quantization(id, "quantization block size has more than " +
                        std::to_string(block_size::max_dims) + " dimensions");
     }
     BOOST_OUTCOME_TRY(const std::size_t value_bytes, values_bytes(id, data, scheme, num_elements));
@@ -107,20 +104,20 @@ result<void> validate_quantized(std::uint64_t id, const tensor_data& data,
         const auto block_dims = scheme.level.blocks().to_dim_vec(rank);
         for (const std::size_t block : block_dims) {
             if (block == 0) {
-                return invalid("quantization block dimension is zero");
+                return invalid_quantization(id, "quantization block dimension is zero");
             }
         }
         for (std::size_t d = 0; d < rank && params_count; ++d) {
             params_count = checked_mul(*params_count, div_ceil(data.shape()[d], block_dims[d]));
         }
         if (!params_count) {
-            return invalid("scale count overflows");
+            return invalid_quantization(id, "scale count overflows");
         }
     }
     const auto params_bytes = checked_mul(*params_count, size_bytes(scheme.param));
     std::size_t required = 0;
     if (!params_bytes || __builtin_add_overflow(value_bytes, *params_bytes, &required)) {
-        return invalid("value and scale byte count overflows");
+        return invalid_quantization(id, "value and scale byte count overflows");
     }
     if (required > max_allocation) {
         return error{errc::allocation_too_large,

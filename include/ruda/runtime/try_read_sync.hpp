@@ -42,13 +42,6 @@ struct sync_read_options {
 
 namespace detail {
 
-template <class A>
-struct awaitable_result;
-template <class T, class Executor>
-struct awaitable_result<boost::asio::awaitable<result<T>, Executor>> {
-    using value_type = T;
-};
-
 template <class Factory>
 auto make_read(Factory& factory, const boost::asio::io_context::executor_type& ex)
 {
@@ -60,9 +53,9 @@ auto make_read(Factory& factory, const boost::asio::io_context::executor_type& e
 }
 
 template <class Factory>
-using sync_read_value = typename awaitable_result<decltype(make_read(
-    std::declval<Factory&>(), std::declval<const boost::asio::io_context::executor_type&>()))>::
-    value_type;
+using sync_read_value = typename decltype(make_read(
+    std::declval<Factory&>(),
+    std::declval<const boost::asio::io_context::executor_type&>()))::value_type::value_type;
 
 // Shared between the caller and the spawned wrapper, so that an abandoned read that completes
 // late writes into live memory rather than into the caller's dead stack frame.

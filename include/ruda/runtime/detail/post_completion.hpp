@@ -24,6 +24,8 @@ inline boost::asio::any_io_executor track_work(boost::asio::any_io_executor exec
 template <class Handler, class... Args>
 void post_completion(boost::asio::any_io_executor work, Handler handler, Args... args)
 {
+    // A tracked copy stays with the posting thread until post() returns, so the target
+    // context cannot run out of work (and be destroyed) while that thread is still inside.
     auto target = work;
     boost::asio::post(target, [h = std::move(handler), w = std::move(work),
                                ... a = std::move(args)]() mutable {
