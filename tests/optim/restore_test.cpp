@@ -45,6 +45,8 @@ struct counting_backend {
     }
     static ruda::dtype dtype_of(const float_tensor& t) { return cpu::dtype_of(t); }
     static ruda::dtype dtype_of(const quantized_tensor& t) { return cpu::dtype_of(t); }
+    static std::size_t byte_size(const float_tensor& t) { return cpu::byte_size(t); }
+    static std::size_t byte_size(const quantized_tensor& t) { return cpu::byte_size(t); }
     static device float_device(const float_tensor&) { return {}; }
     static device q_device(const quantized_tensor&) { return {}; }
     static bool blocking_reads(const device&) { return true; }

@@ -53,6 +53,46 @@ read_mixed(std::vector<ruda::async_backend::float_tensor> slow,
 
 float first_value(const ruda::tensor_data& data) { return data.values<float>().value()[0]; }
 
+// What the weighted operations below saw in flight.
+struct weight_log {
+    std::vector<std::size_t> weights;
+    std::size_t ops = 0;
+    std::size_t weight = 0;
+    std::size_t peak_weight = 0;
+    std::size_t peak_ops = 0;
+    bool heavy_ran_alone = true; // every operation over the budget was the only one in flight
+    std::vector<std::size_t> start_order;
+};
+
+// Operation `i`: takes 1 ms on a timer and records what is in flight with it.
+boost::asio::awaitable<ruda::result<std::size_t>> weighed_op(weight_log& log, std::size_t i,
+                                                             std::size_t budget)
+{
+    log.start_order.push_back(i);
+    ++log.ops;
+    log.weight += log.weights[i];
+    log.peak_ops = std::max(log.peak_ops, log.ops);
+    log.peak_weight = std::max(log.peak_weight, log.weight);
+    if (log.weights[i] > budget && log.ops != 1) {
+        log.heavy_ran_alone = false;
+    }
+    boost::asio::steady_timer timer{co_await boost::asio::this_coro::executor, 1ms};
+    co_await timer.async_wait(boost::asio::use_awaitable);
+    --log.ops;
+    log.weight -= log.weights[i];
+    co_return i;
+}
+
+boost::asio::awaitable<ruda::result<std::vector<std::size_t>>>
+gather_weighed(weight_log& log, ruda::gather_limits limits)
+{
+    const auto weight = [&log](std::size_t i) { return log.weights[i]; };
+    const auto op = [&log, limits](std::size_t i) {
+        return weighed_op(log, i, limits.max_in_flight_weight);
+    };
+    co_return co_await ruda::gather(log.weights.size(), limits, weight, op);
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_gather)
@@ -96,6 +136,74 @@ BOOST_AUTO_TEST_CASE(peak_in_flight_never_exceeds_the_window)
         BOOST_TEST(stats.peak_in_flight <= window);
         BOOST_TEST(stats.peak_in_flight >= 1U);
     }
+}
+
+BOOST_AUTO_TEST_CASE(the_weight_budget_bounds_what_is_in_flight)
+{
+    const ruda::test::watchdog guard{"the_weight_budget_bounds_what_is_in_flight"};
+    weight_log log;
+    log.weights = {4, 4, 4, 25, 1, 1, 1, 1, 9, 2, 0, 0, 7, 3, 3, 3};
+    boost::asio::io_context io;
+    auto all = ruda::test::run_to_end(
+        io, gather_weighed(log, {.max_in_flight = 8, .max_in_flight_weight = 10}));
+    BOOST_REQUIRE(all.has_value());
+    BOOST_REQUIRE(*all);
+    for (std::size_t i = 0; i < log.weights.size(); ++i) {
+        BOOST_TEST(all->value()[i] == i);
+        BOOST_TEST(log.start_order[i] == i); // started in index order
+    }
+    BOOST_TEST(log.heavy_ran_alone);    // 25 > 10: it ran, alone
+    BOOST_TEST(log.peak_weight == 25U); // only while it ran alone
+    BOOST_TEST(log.peak_ops >= 4U); // the four weights of 1 fit together
+    BOOST_TEST(log.peak_ops <= 8U);
+    BOOST_TEST(log.ops == 0U);
+    BOOST_TEST(log.weight == 0U);
+
+    // Without the heavy operation the peak stays within the budget.
+    weight_log light;
+    light.weights = {4, 4, 4, 1, 1, 1, 1, 9, 2, 0, 0, 7, 3, 3, 3};
+    auto again = ruda::test::run_to_end(
+        io, gather_weighed(light, {.max_in_flight = 8, .max_in_flight_weight = 10}));
+    BOOST_REQUIRE(again.has_value());
+    BOOST_REQUIRE(*again);
+    BOOST_TEST(light.peak_weight <= 10U);
+    BOOST_TEST(light.peak_weight >= 9U);
+
+    // The count limit still holds when weights are no constraint.
+    weight_log many;
+    many.weights.assign(20, 1);
+    auto counted = ruda::test::run_to_end(
+        io, gather_weighed(many, {.max_in_flight = 3, .max_in_flight_weight = 1000}));
+    BOOST_REQUIRE(counted.has_value());
+    BOOST_REQUIRE(*counted);
+    BOOST_TEST(many.peak_ops == 3U);
+}
+
+BOOST_AUTO_TEST_CASE(cancelling_a_gather_with_parked_workers)
+{
+    const ruda::test::watchdog guard{"cancelling_a_gather_with_parked_workers"};
+    // Each read weighs 1; a budget of 2 parks six of the eight workers behind two hung reads.
+    const ruda::async_device device{{.concurrent_transfers = 64, .hang_reads = true}};
+    const auto tensors = device_tensors(device, 30);
+    boost::asio::io_context io;
+    boost::asio::cancellation_signal cancel;
+    const auto weight = [](std::size_t) { return std::size_t{1}; };
+    const auto read = [&tensors](std::size_t i) {
+        return ruda::async_backend::float_into_data(tensors[i]);
+    };
+    auto out = ruda::test::spawn(
+        io, ruda::gather(tensors.size(), {.max_in_flight = 8, .max_in_flight_weight = 2}, weight,
+                         read),
+        &cancel);
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return device.stats().in_flight == 2; }));
+    ruda::test::run_until(io, [] { return false; }, 20ms); // nothing more may start
+    BOOST_TEST(device.stats().reads_issued == 2U);
+    cancel.emit(boost::asio::cancellation_type::terminal);
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return out->done.load(); }));
+    BOOST_REQUIRE(out->value.has_value());
+    BOOST_TEST(out->value->error() == errc::cancelled);
+    BOOST_TEST(device.stats().reads_cancelled == 2U);
+    BOOST_TEST(device.stats().in_flight == 0U);
 }
 
 BOOST_AUTO_TEST_CASE(the_window_is_filled)

@@ -6,6 +6,7 @@
 #include <ruda/backend/backend.hpp>
 #include <ruda/backend/host_tensor.hpp>
 
+#include <cstddef>
 #include <memory>
 #include <string_view>
 
@@ -46,6 +47,8 @@ struct async_backend {
 
     static dtype dtype_of(const float_tensor& t) { return t.storage().get_dtype(); }
     static dtype dtype_of(const quantized_tensor& t) { return t.storage().get_dtype(); }
+    static std::size_t byte_size(const float_tensor& t) { return t.storage().byte_size(); }
+    static std::size_t byte_size(const quantized_tensor& t) { return t.storage().byte_size(); }
     static device float_device(const float_tensor& t)
     {
         return async_device::from_state(t.device_state());

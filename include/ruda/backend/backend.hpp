@@ -9,6 +9,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <concepts>
+#include <cstddef>
 #include <string_view>
 #include <variant>
 
@@ -21,6 +22,8 @@ namespace ruda {
 /// - `float_from_data(tensor_data, const device&)`, `q_from_data(…)`: the upload;
 /// - `float_cast(float_tensor, dtype)`: a float tensor in another float dtype;
 /// - `dtype_of(tensor)`, `float_device(tensor)`, `q_device(tensor)`;
+/// - `byte_size(tensor)`: how many bytes a read of the tensor produces, known without reading
+///   (snapshots use it to bound the bytes in flight and to report progress);
 /// - `blocking_reads(device)`: whether a blocking read can ever succeed on that device;
 /// - `name()`: for messages.
 template <class B>
@@ -44,6 +47,8 @@ concept backend =
         { B::float_cast(f, type) } -> std::same_as<result<typename B::float_tensor>>;
         { B::dtype_of(f) } -> std::same_as<dtype>;
         { B::dtype_of(q) } -> std::same_as<dtype>;
+        { B::byte_size(f) } -> std::same_as<std::size_t>;
+        { B::byte_size(q) } -> std::same_as<std::size_t>;
         { B::float_device(f) } -> std::same_as<typename B::device>;
         { B::q_device(q) } -> std::same_as<typename B::device>;
         { B::blocking_reads(device) } -> std::same_as<bool>;
@@ -59,6 +64,13 @@ template <backend B>
 [[nodiscard]] dtype dtype_of(const tensor_primitive<B>& tensor)
 {
     return std::visit([](const auto& t) { return B::dtype_of(t); }, tensor);
+}
+
+/// The bytes a read of either alternative produces.
+template <backend B>
+[[nodiscard]] std::size_t byte_size(const tensor_primitive<B>& tensor)
+{
+    return std::visit([](const auto& t) { return B::byte_size(t); }, tensor);
 }
 
 /// The device read of either alternative.

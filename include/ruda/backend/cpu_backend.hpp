@@ -5,6 +5,7 @@
 #include <ruda/backend/backend.hpp>
 #include <ruda/backend/host_tensor.hpp>
 
+#include <cstddef>
 #include <string_view>
 
 namespace ruda {
@@ -30,6 +31,8 @@ struct cpu_backend {
 
     static dtype dtype_of(const float_tensor& tensor) { return tensor.get_dtype(); }
     static dtype dtype_of(const quantized_tensor& tensor) { return tensor.get_dtype(); }
+    static std::size_t byte_size(const float_tensor& tensor) { return tensor.byte_size(); }
+    static std::size_t byte_size(const quantized_tensor& tensor) { return tensor.byte_size(); }
     static device float_device(const float_tensor&) { return {}; }
     static device q_device(const quantized_tensor&) { return {}; }
     static bool blocking_reads(const device&) { return true; }

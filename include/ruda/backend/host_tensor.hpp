@@ -5,6 +5,7 @@
 #include <ruda/tensor/dtype.hpp>
 #include <ruda/tensor/tensor_data.hpp>
 
+#include <cstddef>
 #include <memory>
 #include <utility>
 
@@ -21,6 +22,7 @@ public:
 
     [[nodiscard]] const tensor_data& data() const noexcept { return *storage_; }
     [[nodiscard]] dtype get_dtype() const { return storage_->dtype(); }
+    [[nodiscard]] std::size_t byte_size() const noexcept { return storage_->bytes().size(); }
     /// The storage itself, shared with every copy of this handle.
     [[nodiscard]] const std::shared_ptr<const tensor_data>& storage() const noexcept
     {

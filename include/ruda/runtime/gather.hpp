@@ -1,5 +1,6 @@
 // Bounded-concurrency gather: runs `count` async operations with at most `window` in flight
-// and returns their values in input order, or the first failure with the rest cancelled.
+// (and, optionally, at most a total weight such as bytes in flight) and returns their values
+// in input order, or the first failure with the rest cancelled.
 #pragma once
 
 #include <ruda/error.hpp>
@@ -13,15 +14,19 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,24 +36,38 @@
 
 namespace ruda {
 
+/// How much a gather may have in flight: at most `max_in_flight` operations (0 acts as 1) and
+/// at most `max_in_flight_weight` summed over their weights. An operation heavier than the
+/// whole budget still runs, alone, so every gather can finish.
+struct gather_limits {
+    std::size_t max_in_flight = 1;
+    std::size_t max_in_flight_weight = std::numeric_limits<std::size_t>::max();
+};
+
 namespace detail {
 
 // One gather in progress. Workers run on one strand, so the state needs no lock. Each worker
 // has its own cancellation signal, emitted only while that worker is suspended inside an
 // operation: Asio 1.81's co_spawn lets the cancellation of a coroutine that has not started,
 // or that finishes without ever suspending, escape from io_context::run() as an exception.
-template <class T, class Factory>
-class gather_run : public std::enable_shared_from_this<gather_run<T, Factory>> {
+// Operations start in index order; a worker whose next operation does not fit the weight
+// budget parks on `budget_freed_` (a timer that never expires, cancelled to wake them all)
+// until an operation in flight finishes.
+template <class T, class Factory, class Weight>
+class gather_run : public std::enable_shared_from_this<gather_run<T, Factory, Weight>> {
 public:
     using handler_type = boost::asio::any_completion_handler<void(result<std::vector<T>>)>;
 
-    gather_run(std::size_t count, std::size_t window, Factory factory,
+    gather_run(std::size_t count, gather_limits limits, Weight weight, Factory factory,
                boost::asio::any_io_executor executor)
-        : count_(count), factory_(std::move(factory)), strand_(boost::asio::make_strand(executor)),
+        : count_(count), max_weight_(limits.max_in_flight_weight), weight_(std::move(weight)),
+          factory_(std::move(factory)), strand_(boost::asio::make_strand(executor)),
+          budget_freed_(strand_, std::chrono::steady_clock::time_point::max()),
           work_(track_work(std::move(executor)))
     {
         values_.resize(count_);
-        const std::size_t workers = std::min(std::max<std::size_t>(window, 1), count_);
+        const std::size_t workers =
+            std::min(std::max<std::size_t>(limits.max_in_flight, 1), count_);
         for (std::size_t k = 0; k < workers; ++k) {
             signals_.push_back(std::make_unique<boost::asio::cancellation_signal>());
         }
@@ -92,7 +111,16 @@ private:
         // Operations see cancellation through their results; nothing should throw it.
         co_await boost::asio::this_coro::throw_if_cancelled(false);
         while (!self->stopping_ && self->next_ < self->count_) {
-            const std::size_t index = self->next_++;
+            const std::size_t index = self->next_;
+            const std::size_t weight = std::invoke(self->weight_, index);
+            if (!self->fits(weight)) {
+                co_await self->budget_freed_.async_wait(
+                    boost::asio::as_tuple(boost::asio::use_awaitable));
+                continue;
+            }
+            ++self->next_;
+            ++self->ops_in_flight_;
+            self->weight_in_flight_ += weight;
             std::optional<result<T>> outcome;
             self->in_operation_[k] = true;
             try {
@@ -102,12 +130,22 @@ private:
                                                      "gather: operation " + std::to_string(index)));
             }
             self->in_operation_[k] = false;
+            --self->ops_in_flight_;
+            self->weight_in_flight_ -= weight;
+            self->budget_freed_.cancel(); // wakes the parked workers to try again
             if (!*outcome) {
                 self->stop(std::move(*outcome).error());
                 co_return;
             }
             self->values_[index].emplace(std::move(*outcome).value());
         }
+    }
+
+    // Nothing in flight: anything may start, so an over-budget operation runs alone.
+    [[nodiscard]] bool fits(std::size_t weight) const
+    {
+        return ops_in_flight_ == 0 || (weight <= max_weight_ &&
+                                       weight_in_flight_ <= max_weight_ - weight);
     }
 
     // The first failure wins; operations in flight are cancelled and no more start.
@@ -120,6 +158,7 @@ private:
             return;
         }
         stopping_ = true;
+        budget_freed_.cancel();
         for (std::size_t k = 0; k < signals_.size(); ++k) {
             if (in_operation_[k]) {
                 signals_[k]->emit(boost::asio::cancellation_type::terminal);
@@ -154,8 +193,11 @@ private:
     }
 
     std::size_t count_;
+    std::size_t max_weight_;
+    Weight weight_;
     Factory factory_;
     boost::asio::strand<boost::asio::any_io_executor> strand_;
+    boost::asio::steady_timer budget_freed_;
     boost::asio::any_io_executor work_;
     // Emplaced, never assigned: Asio 1.81's any_completion_handler move-assignment recurses.
     std::optional<handler_type> handler_;
@@ -164,28 +206,57 @@ private:
     std::vector<bool> in_operation_;
     std::size_t next_ = 0;
     std::size_t running_ = 0;
+    std::size_t ops_in_flight_ = 0;
+    std::size_t weight_in_flight_ = 0;
     bool stopping_ = false;
     std::optional<error> failure_;
     std::exception_ptr unexpected_;
 };
 
-template <class T, class Factory>
+template <class T, class Factory, class Weight>
 struct start_gather {
     template <class Handler>
-    void operator()(Handler&& handler, std::size_t count, std::size_t window,
+    void operator()(Handler&& handler, std::size_t count, gather_limits limits, Weight weight,
                     Factory factory) const
     {
+        using run_type = gather_run<T, Factory, Weight>;
         boost::asio::any_io_executor executor = boost::asio::get_associated_executor(handler);
-        auto run = std::make_shared<gather_run<T, Factory>>(count, window, std::move(factory),
-                                                             std::move(executor));
-        run->start(typename gather_run<T, Factory>::handler_type{std::forward<Handler>(handler)});
+        auto run = std::make_shared<run_type>(count, limits, std::move(weight), std::move(factory),
+                                              std::move(executor));
+        run->start(typename run_type::handler_type{std::forward<Handler>(handler)});
     }
 };
 
 template <class Factory>
 using gather_value = typename std::invoke_result_t<Factory&, std::size_t>::value_type::value_type;
 
+struct no_weight {
+    std::size_t operator()(std::size_t) const noexcept { return 0; }
+};
+
 } // namespace detail
+
+/// Like `gather(count, window, factory)` below, within `limits`: operation `i` weighs
+/// `weight(i)` (bytes it will produce, say), and operations start in index order only while
+/// both the count and the summed weight in flight stay within the limits.
+///
+///     auto all = co_await ruda::gather(tensors.size(), {.max_in_flight = 8,
+///                                                       .max_in_flight_weight = 256 << 20},
+///         [&](std::size_t i) { return sizes[i]; },
+///         [&](std::size_t i) { return ruda::cpu_backend::float_into_data(tensors[i]); });
+template <class Weight, class Factory>
+boost::asio::awaitable<result<std::vector<detail::gather_value<Factory>>>>
+gather(std::size_t count, gather_limits limits, Weight weight, Factory factory)
+{
+    using value_type = detail::gather_value<Factory>;
+    if (count == 0) {
+        co_return std::vector<value_type>{};
+    }
+    co_return co_await boost::asio::async_initiate<decltype(boost::asio::use_awaitable),
+                                                   void(result<std::vector<value_type>>)>(
+        detail::start_gather<value_type, Factory, Weight>{}, boost::asio::use_awaitable, count,
+        limits, std::move(weight), std::move(factory));
+}
 
 /// Awaits `factory(0) … factory(count - 1)`, each a `boost::asio::awaitable<result<T>>`, with
 /// at most `window` (at least 1) of them in flight at once. Returns the values in index order.
@@ -199,14 +270,8 @@ template <class Factory>
 boost::asio::awaitable<result<std::vector<detail::gather_value<Factory>>>>
 gather(std::size_t count, std::size_t window, Factory factory)
 {
-    using value_type = detail::gather_value<Factory>;
-    if (count == 0) {
-        co_return std::vector<value_type>{};
-    }
-    co_return co_await boost::asio::async_initiate<decltype(boost::asio::use_awaitable),
-                                                   void(result<std::vector<value_type>>)>(
-        detail::start_gather<value_type, Factory>{}, boost::asio::use_awaitable, count, window,
-        std::move(factory));
+    return gather(count, gather_limits{.max_in_flight = window}, detail::no_weight{},
+                  std::move(factory));
 }
 
 } // namespace ruda
