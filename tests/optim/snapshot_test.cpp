@@ -144,6 +144,74 @@ BOOST_AUTO_TEST_CASE(reads_stay_within_max_in_flight)
     BOOST_TEST(device.stats().reads_issued == 30U);
 }
 
+BOOST_AUTO_TEST_CASE(reads_stay_within_max_in_flight_bytes)
+{
+    const ruda::test::watchdog guard{"reads_stay_within_max_in_flight_bytes"};
+    const ruda::async_device device{{.latency = 1ms, .concurrent_transfers = 64}};
+    ruda::gradients_params grads;
+    for (std::uint64_t id = 0; id < 12; ++id) {
+        grads.insert<gpu>(ruda::param_id{id},
+                          gpu::float_from_data(floats(std::vector<float>(256, 1.0F)), device)
+                              .value()); // 1 KiB each
+    }
+    boost::asio::io_context io;
+    auto record = ruda::test::run_to_end(
+        io, grads.to_record_async<gpu>({.max_in_flight = 8, .max_in_flight_bytes = 3 * 1024}));
+    BOOST_REQUIRE(record.has_value());
+    BOOST_REQUIRE(*record);
+    BOOST_TEST(record->value().entries().size() == 12U);
+    BOOST_TEST(device.stats().peak_in_flight == 3U);
+
+    // A tensor larger than the whole budget is still read, alone.
+    device.reset_peak();
+    auto alone = ruda::test::run_to_end(io, grads.to_record_async<gpu>({.max_in_flight_bytes = 100}));
+    BOOST_REQUIRE(alone.has_value());
+    BOOST_REQUIRE(*alone);
+    BOOST_TEST(alone->value().entries().size() == 12U);
+    BOOST_TEST(device.stats().peak_in_flight == 1U);
+}
+
+BOOST_AUTO_TEST_CASE(progress_is_reported_after_each_read)
+{
+    const ruda::test::watchdog guard{"progress_is_reported_after_each_read"};
+    const ruda::async_device device{{.latency = 1ms, .concurrent_transfers = 8}};
+    ruda::gradients_params grads;
+    std::uint64_t total = 0;
+    for (std::uint64_t id = 1; id <= 9; ++id) {
+        grads.insert<gpu>(ruda::param_id{id},
+                          gpu::float_from_data(floats(std::vector<float>(id * 10, 0.5F)), device)
+                              .value());
+        total += id * 10 * sizeof(float);
+    }
+    std::vector<ruda::snapshot_progress> seen;
+    const auto record_progress = [&seen](const ruda::snapshot_progress& p) { seen.push_back(p); };
+    boost::asio::io_context io;
+    auto record = ruda::test::run_to_end(
+        io, grads.to_record_async<gpu>({.max_in_flight = 4, .on_progress = record_progress}));
+    BOOST_REQUIRE(record.has_value());
+    BOOST_REQUIRE(*record);
+    BOOST_REQUIRE_EQUAL(seen.size(), 9U);
+    std::uint64_t previous = 0;
+    for (std::size_t k = 0; k < seen.size(); ++k) {
+        BOOST_TEST(seen[k].tensors_done == k + 1);
+        BOOST_TEST(seen[k].tensors_total == 9U);
+        BOOST_TEST(seen[k].bytes_total == total);
+        BOOST_TEST(seen[k].bytes_done > previous);
+        previous = seen[k].bytes_done;
+    }
+    BOOST_TEST(seen.back().bytes_done == total);
+
+    // The blocking form reports on the calling thread; a failed read is not counted.
+    seen.clear();
+    BOOST_REQUIRE(grads.try_to_record<gpu>({.on_progress = record_progress}));
+    BOOST_TEST(seen.size() == 9U);
+    const ruda::async_device failing{{.fail_read = 3}};
+    const auto bad = device_grads(failing, 5);
+    seen.clear();
+    BOOST_TEST(!bad.try_to_record<gpu>({.max_in_flight = 1, .on_progress = record_progress}));
+    BOOST_TEST(seen.size() == 2U);
+}
+
 BOOST_AUTO_TEST_CASE(a_failed_read_names_the_parameter_and_returns_no_record)
 {
     const ruda::test::watchdog guard{"a_failed_read_names_the_parameter_and_returns_no_record"};

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <any>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -67,7 +68,8 @@ public:
     [[nodiscard]] bool empty() const noexcept { return entries_.empty(); }
 
     /// Reads every gradient into a record, entries sorted by id, with at most
-    /// `options.max_in_flight` reads at once. The handles are captured by this call, so the
+    /// `options.max_in_flight` reads and `options.max_in_flight_bytes` bytes in flight, telling
+    /// `options.on_progress` after each read. The handles are captured by this call, so the
     /// container may change or be destroyed while the reads are in flight. The first failure
     /// ("Missing gradient for parameter 7", "Reading gradient for parameter 7: …") cancels
     /// the other reads; no partial record comes out. Cancelling the awaiting coroutine
@@ -118,6 +120,7 @@ private:
     struct captured {
         std::uint64_t id;
         std::optional<tensor_primitive<B>> tensor; // empty: missing or another backend's
+        std::size_t bytes;                         // what its read will produce
     };
 
     template <backend B>
@@ -126,13 +129,31 @@ private:
         std::vector<captured<B>> handles;
         handles.reserve(entries_.size());
         for (const param_id id : ids()) {
-            handles.push_back({id.val(), get<B>(id)});
+            auto tensor = get<B>(id);
+            const std::size_t bytes = tensor ? byte_size<B>(*tensor) : 0;
+            handles.push_back({id.val(), std::move(tensor), bytes});
         }
         return handles;
     }
 
+    // Counts completed reads for `options.on_progress`; used on the gather's strand only.
+    struct progress_counter {
+        const std::function<void(const snapshot_progress&)>& report;
+        snapshot_progress now;
+
+        void read_done(std::size_t bytes)
+        {
+            ++now.tensors_done;
+            now.bytes_done += bytes;
+            if (report) {
+                report(now);
+            }
+        }
+    };
+
     template <backend B>
-    static boost::asio::awaitable<result<gradient_entry>> read_one(const captured<B>& handle)
+    static boost::asio::awaitable<result<gradient_entry>> read_one(const captured<B>& handle,
+                                                                   progress_counter& progress)
     {
         if (!handle.tensor) {
             co_return error{errc::backend_mismatch,
@@ -147,6 +168,7 @@ private:
                                                      std::to_string(handle.id) + ": " +
                                                      data.error().message()};
         }
+        progress.read_done(data.value().bytes().size());
         co_return gradient_entry{handle.id, original, std::move(data).value()};
     }
 
@@ -154,8 +176,17 @@ private:
     static boost::asio::awaitable<result<gradients_params_record>>
     read_all(std::vector<captured<B>> handles, snapshot_options options)
     {
-        const auto read = [&handles](std::size_t i) { return read_one<B>(handles[i]); };
-        auto entries = co_await gather(handles.size(), options.max_in_flight, read);
+        progress_counter progress{options.on_progress, {.tensors_total = handles.size()}};
+        for (const captured<B>& handle : handles) {
+            progress.now.bytes_total += handle.bytes;
+        }
+        const auto weight = [&handles](std::size_t i) { return handles[i].bytes; };
+        const auto read = [&handles, &progress](std::size_t i) {
+            return read_one<B>(handles[i], progress);
+        };
+        const gather_limits limits{.max_in_flight = options.max_in_flight,
+                                   .max_in_flight_weight = options.max_in_flight_bytes};
+        auto entries = co_await gather(handles.size(), limits, weight, read);
         if (!entries) {
             co_return std::move(entries).error();
         }
