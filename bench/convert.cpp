@@ -2,6 +2,8 @@
 // measured in the same run. Prints a markdown table of medians; --check fails below 0.5x.
 //
 //   convert [--mib N] [--reps N] [--check]      (defaults: 64 MiB, 9 repetitions)
+#include "bench_util.hpp"
+
 #include <ruda/ruda.hpp>
 
 #include <algorithm>
@@ -16,20 +18,8 @@
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
-double seconds(const std::function<void()>& f)
-{
-    const auto start = clock_type::now();
-    f();
-    return std::chrono::duration<double>(clock_type::now() - start).count();
-}
-
-double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
+using bench::median;
+using bench::seconds;
 
 struct bench_case {
     std::string name;

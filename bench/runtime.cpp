@@ -6,10 +6,9 @@
 // --check fails when window 16 is under 12x faster than window 1.
 //
 //   runtime [--reads N] [--latency-ms N] [--reps N] [--cpu-reads N] [--check]
-#include <ruda/ruda.hpp>
+#include "bench_util.hpp"
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/io_context.hpp>
+#include <ruda/ruda.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -23,39 +22,9 @@
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
-double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-template <class T>
-boost::asio::awaitable<void> store(boost::asio::awaitable<ruda::result<T>> op,
-                                   std::optional<ruda::result<T>>& out)
-{
-    out.emplace(co_await std::move(op));
-}
-
-// Runs `op` on a fresh io_context on this thread; exits the program if it fails.
-template <class T>
-T run(boost::asio::awaitable<ruda::result<T>> op)
-{
-    boost::asio::io_context io{1};
-    std::optional<ruda::result<T>> out;
-    boost::asio::co_spawn(io, store(std::move(op), out), [](std::exception_ptr e) {
-        if (e) {
-            std::rethrow_exception(e);
-        }
-    });
-    io.run();
-    if (!out || !*out) {
-        std::fprintf(stderr, "benchmark read failed\n");
-        std::exit(1);
-    }
-    return std::move(*out).value();
-}
+using bench::median;
+using bench::run;
+using bench::seconds;
 
 template <class Tensor, class Read>
 boost::asio::awaitable<ruda::result<std::vector<ruda::tensor_data>>>
@@ -63,13 +32,6 @@ read_all(const std::vector<Tensor>& tensors, std::size_t window, Read read)
 {
     const auto read_one = [&tensors, read](std::size_t i) { return read(tensors[i]); };
     co_return co_await ruda::gather(tensors.size(), window, read_one);
-}
-
-double seconds(const std::function<void()>& f)
-{
-    const auto start = clock_type::now();
-    f();
-    return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
 } // namespace
