@@ -1,0 +1,101 @@
+// What a checkpoint file holds: a gradient record and named sections of user state (model,
+// optimizer, scheduler, step, RNG...), each any cereal-serializable value.
+#pragma once
+
+#include <ruda/error.hpp>
+#include <ruda/optim/gradients_params_record.hpp>
+#include <ruda/record/section_archive.hpp>
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ruda {
+
+/// One named section: the bytes of a value serialized with `section_output_archive`.
+struct checkpoint_section {
+    std::string name;
+    std::vector<std::uint8_t> bytes;
+
+    friend bool operator==(const checkpoint_section&, const checkpoint_section&) = default;
+};
+
+/// The contents of one checkpoint. Sections keep their insertion order.
+///
+///     ruda::checkpoint ckpt{std::move(record)};
+///     ckpt.put("step", step).value();
+///     ckpt.put("model", weights).value();
+///     std::uint64_t step = 0;
+///     ckpt.get("step", step).value();
+class checkpoint {
+public:
+    /// Longest section name, in bytes.
+    static constexpr std::size_t max_name_length = 255;
+
+    checkpoint() = default;
+    explicit checkpoint(gradients_params_record gradients) : gradients_(std::move(gradients)) {}
+
+    [[nodiscard]] const gradients_params_record& gradients() const& noexcept { return gradients_; }
+    [[nodiscard]] gradients_params_record&& gradients() && noexcept { return std::move(gradients_); }
+    void set_gradients(gradients_params_record gradients) { gradients_ = std::move(gradients); }
+
+    /// Serializes `value` into section `name`, replacing a section of that name.
+    /// `errc::malformed_record` for an empty or over-long name or a value cereal cannot save.
+    template <class T>
+    result<void> put(std::string name, const T& value)
+    {
+        std::vector<std::uint8_t> bytes;
+        try {
+            section_output_archive archive{bytes};
+            archive(value);
+        } catch (const std::exception& e) {
+            return error{errc::malformed_record, "Serializing section " + name + ": " + e.what()};
+        }
+        return put_bytes(std::move(name), std::move(bytes));
+    }
+
+    /// Loads section `name` into `value`. `errc::malformed_record` when there is no such
+    /// section, when its bytes do not hold a `T`, or when bytes are left over.
+    template <class T>
+    result<void> get(std::string_view name, T& value) const
+    {
+        const checkpoint_section* section = find(name);
+        if (section == nullptr) {
+            return error{errc::malformed_record,
+                         "Checkpoint has no section " + std::string(name)};
+        }
+        try {
+            section_input_archive archive{section->bytes};
+            archive(value);
+            if (archive.remaining() != 0) {
+                return error{errc::malformed_record,
+                             "Section " + std::string(name) + " has " +
+                                 std::to_string(archive.remaining()) + " bytes left over"};
+            }
+        } catch (const std::exception& e) {
+            return error{errc::malformed_record,
+                         "Loading section " + std::string(name) + ": " + e.what()};
+        }
+        return success();
+    }
+
+    /// Stores already serialized bytes under `name` (what a loaded checkpoint holds).
+    result<void> put_bytes(std::string name, std::vector<std::uint8_t> bytes);
+
+    [[nodiscard]] const checkpoint_section* find(std::string_view name) const noexcept;
+    [[nodiscard]] const std::vector<checkpoint_section>& sections() const noexcept
+    {
+        return sections_;
+    }
+
+    friend bool operator==(const checkpoint&, const checkpoint&) = default;
+
+private:
+    gradients_params_record gradients_{{}};
+    std::vector<checkpoint_section> sections_;
+};
+
+} // namespace ruda

@@ -1,0 +1,81 @@
+// Checkpoint files (docs/FORMAT.md): saving a checkpoint atomically and durably, with every
+// payload streamed from memory and checksummed; reading one with the whole frame verified
+// before anything is deserialized, payload checksums verified, and partial loads.
+#pragma once
+
+#include <ruda/checkpoint/checkpoint.hpp>
+#include <ruda/checkpoint/checkpoint_index.hpp>
+#include <ruda/checkpoint/file_ops.hpp>
+#include <ruda/error.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+namespace ruda {
+
+struct checkpoint_load_options {
+    /// Verify each payload's checksum (the frame's checksums are always verified).
+    bool verify_checksums = true;
+    /// Load only these gradients (each must be present); all when empty.
+    std::optional<std::vector<std::uint64_t>> only_ids{};
+    /// The largest header accepted, whatever the file claims.
+    std::uint64_t max_header_bytes = std::uint64_t{64} << 20U;
+};
+
+/// Writes `contents` to `path`: to `<path>.tmp`, fsync, rename, fsync of the directory, so
+/// `path` holds either its previous contents or the whole new checkpoint. Payloads go from
+/// `contents` to the file through a 1 MiB buffer (large ones directly), never a second full
+/// copy. Returns the file's size. Failures are `errc::io_error` naming the operation.
+[[nodiscard]] result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
+                                                         const checkpoint& contents,
+                                                         file_ops& ops = posix_file_ops());
+
+/// An open checkpoint file whose frame (preamble, trailer, header and every payload's place)
+/// has been verified; payloads are read on request. Allocates at most the header's size,
+/// which the options cap, until payloads are read, and each payload lies inside the file.
+class checkpoint_reader {
+public:
+    /// Opens and verifies `path`: `errc::malformed_record` for a foreign, truncated or
+    /// inconsistent file, `errc::checksum_mismatch` for corrupt frame bytes,
+    /// `errc::unsupported_version` for a newer format, `errc::io_error` if it cannot be read.
+    [[nodiscard]] static result<checkpoint_reader> open(const std::filesystem::path& path,
+                                                        std::uint64_t max_header_bytes =
+                                                            checkpoint_load_options{}.max_header_bytes);
+    checkpoint_reader(checkpoint_reader&& other) noexcept;
+    checkpoint_reader& operator=(checkpoint_reader&& other) noexcept;
+    checkpoint_reader(const checkpoint_reader&) = delete;
+    checkpoint_reader& operator=(const checkpoint_reader&) = delete;
+    ~checkpoint_reader();
+
+    [[nodiscard]] const checkpoint_index& index() const noexcept { return index_; }
+    [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+    /// The payload of one entry as tensor data (`errc::checksum_mismatch` if corrupt).
+    [[nodiscard]] result<tensor_data> read_entry(const checkpoint_entry_info& entry,
+                                                 bool verify = true) const;
+    [[nodiscard]] result<std::vector<std::uint8_t>>
+    read_section(const checkpoint_section_info& section, bool verify = true) const;
+    /// Whether a payload's bytes match its checksum.
+    [[nodiscard]] result<bool> payload_intact(const payload_location& payload) const;
+
+    /// The checkpoint: the selected gradients (validated like `from_record` validates) and
+    /// every section.
+    [[nodiscard]] result<checkpoint> load(const checkpoint_load_options& options = {}) const;
+
+private:
+    checkpoint_reader(std::filesystem::path path, int fd, checkpoint_index index);
+    result<std::vector<std::uint8_t>> read_payload(const payload_location& payload,
+                                                   bool verify, const std::string& what) const;
+
+    std::filesystem::path path_;
+    int fd_ = -1;
+    checkpoint_index index_;
+};
+
+/// `checkpoint_reader::open(path)` then `load(options)`.
+[[nodiscard]] result<checkpoint> load_checkpoint_file(const std::filesystem::path& path,
+                                                      const checkpoint_load_options& options = {});
+
+} // namespace ruda

@@ -1,0 +1,53 @@
+// What a checkpoint file's verified frame says about its contents, before any payload is read:
+// the entry table and the sections, with where each payload lies and its checksum.
+#pragma once
+
+#include <ruda/tensor/dtype.hpp>
+#include <ruda/tensor/tensor_data.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ruda {
+
+/// The checkpoint file format this ruda writes and the newest it reads (docs/FORMAT.md).
+inline constexpr std::uint32_t checkpoint_format_version = 1;
+
+/// Where one payload lies in the file, and its XXH3-64 checksum.
+struct payload_location {
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+    std::uint64_t checksum = 0;
+
+    friend bool operator==(const payload_location&, const payload_location&) = default;
+};
+
+struct checkpoint_entry_info {
+    std::uint64_t id = 0;
+    dtype original = dtype::f32(); ///< the dtype the gradient had on its device
+    dtype stored = dtype::f32();   ///< the dtype of the payload
+    ruda::shape shape;
+    payload_location payload;
+
+    friend bool operator==(const checkpoint_entry_info&, const checkpoint_entry_info&) = default;
+};
+
+struct checkpoint_section_info {
+    std::string name;
+    payload_location payload;
+
+    friend bool operator==(const checkpoint_section_info&,
+                           const checkpoint_section_info&) = default;
+};
+
+struct checkpoint_index {
+    std::uint32_t format_version = 0;
+    std::string producer; ///< the ruda version that wrote the file, "major.minor.patch"
+    std::uint64_t file_length = 0;
+    std::vector<checkpoint_entry_info> entries;
+    std::vector<checkpoint_section_info> sections;
+};
+
+} // namespace ruda

@@ -1,0 +1,58 @@
+// Writes a file atomically and durably: into `<path>.tmp` through a bounded buffer, then
+// fsync, close, rename over `path`, and fsync of the directory. Until `commit` succeeds the
+// target is untouched; a writer destroyed before that closes and removes its temporary file.
+#pragma once
+
+#include <ruda/checkpoint/file_ops.hpp>
+#include <ruda/error.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace ruda::detail {
+
+class durable_writer {
+public:
+    /// Writes of at least this many bytes bypass the buffer.
+    static constexpr std::size_t buffer_size = std::size_t{1} << 20U;
+
+    /// Creates `<path>.tmp` (replacing a stale one).
+    [[nodiscard]] static result<std::unique_ptr<durable_writer>> create(std::filesystem::path path,
+                                                                        file_ops& ops);
+    durable_writer(const durable_writer&) = delete;
+    durable_writer& operator=(const durable_writer&) = delete;
+    ~durable_writer();
+
+    /// Appends `bytes`.
+    [[nodiscard]] result<void> write(std::span<const std::uint8_t> bytes);
+    /// Appends zeros up to `offset`.
+    [[nodiscard]] result<void> pad_to(std::uint64_t offset);
+    /// Overwrites bytes already written, at `offset`.
+    [[nodiscard]] result<void> overwrite(std::span<const std::uint8_t> bytes, std::uint64_t offset);
+    /// Bytes appended so far.
+    [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
+    /// Flush, fsync, close, rename over the target, fsync of the directory.
+    [[nodiscard]] result<void> commit();
+
+    [[nodiscard]] static std::filesystem::path temporary_path(const std::filesystem::path& path);
+
+private:
+    durable_writer(std::filesystem::path path, file_ops& ops, int fd);
+    result<void> flush();
+    result<void> write_all(std::span<const std::uint8_t> bytes);
+    error fail(const error& cause) const;
+
+    std::filesystem::path path_;
+    std::filesystem::path temporary_;
+    file_ops& ops_;
+    int fd_;
+    std::vector<std::uint8_t> buffer_;
+    std::uint64_t size_ = 0;
+    bool committed_ = false;
+};
+
+} // namespace ruda::detail

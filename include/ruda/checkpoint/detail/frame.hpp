@@ -1,0 +1,60 @@
+// The byte layout of a checkpoint file (docs/FORMAT.md): encoding the preamble, header and
+// trailer, and decoding them with every size, offset and checksum checked before use.
+#pragma once
+
+#include <ruda/checkpoint/checkpoint_index.hpp>
+#include <ruda/error.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace ruda::detail {
+
+inline constexpr std::size_t preamble_size = 64;
+inline constexpr std::size_t trailer_size = 32;
+inline constexpr std::size_t payload_alignment = 64;
+
+/// What the preamble records.
+struct frame {
+    std::uint32_t format_version = checkpoint_format_version;
+    std::uint32_t flags = 0;
+    std::array<std::uint16_t, 3> producer{};
+    std::uint64_t header_offset = 0;
+    std::uint64_t header_length = 0;
+    std::uint64_t header_checksum = 0;
+    std::uint64_t file_length = 0;
+};
+
+/// XXH3-64 of `bytes`.
+[[nodiscard]] std::uint64_t checksum(std::span<const std::uint8_t> bytes) noexcept;
+
+/// `offset` rounded up to the payload alignment.
+[[nodiscard]] constexpr std::uint64_t align_up(std::uint64_t offset) noexcept
+{
+    return (offset + payload_alignment - 1) / payload_alignment * payload_alignment;
+}
+
+[[nodiscard]] std::array<std::uint8_t, preamble_size> encode_preamble(const frame& f);
+[[nodiscard]] std::array<std::uint8_t, trailer_size> encode_trailer(const frame& f);
+/// The entry table and sections of `index` (its payload locations filled in).
+[[nodiscard]] std::vector<std::uint8_t> encode_header(const checkpoint_index& index);
+
+/// Checks the preamble of a file of `file_length` bytes: magic, format version (a newer one is
+/// `unsupported_version`), flags, its checksum, the recorded length, and a header that lies
+/// inside the file, right before the trailer, within `max_header_bytes`.
+[[nodiscard]] result<frame> decode_preamble(std::span<const std::uint8_t, preamble_size> bytes,
+                                            std::uint64_t file_length,
+                                            std::uint64_t max_header_bytes);
+/// Checks that the trailer is intact and agrees with the preamble.
+[[nodiscard]] result<void> check_trailer(std::span<const std::uint8_t, trailer_size> bytes,
+                                         const frame& f);
+/// Checks the header's checksum and decodes it. Every count is checked against the bytes
+/// left before anything is reserved; every payload must be aligned, lie between the preamble
+/// and the header, and overlap no other; section names must be unique and 1 to 255 bytes.
+[[nodiscard]] result<checkpoint_index> decode_header(std::span<const std::uint8_t> header,
+                                                     const frame& f);
+
+} // namespace ruda::detail

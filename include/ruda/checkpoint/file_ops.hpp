@@ -1,0 +1,41 @@
+// The file operations a checkpoint write makes, as virtual functions with POSIX defaults, so
+// that a test can fail any one of them or shorten a write without replacing the writer.
+#pragma once
+
+#include <ruda/error.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+
+namespace ruda {
+
+class file_ops {
+public:
+    file_ops() = default;
+    file_ops(const file_ops&) = delete;
+    file_ops& operator=(const file_ops&) = delete;
+    virtual ~file_ops() = default;
+
+    /// Creates (or truncates) `path` for writing; a file descriptor.
+    virtual result<int> create(const std::filesystem::path& path);
+    /// Writes up to `size` bytes at the file position; how many it wrote (at least 1).
+    virtual result<std::size_t> write(int fd, const void* data, std::size_t size);
+    /// Writes all `size` bytes at `offset`.
+    virtual result<void> pwrite(int fd, const void* data, std::size_t size, std::uint64_t offset);
+    virtual result<void> fsync(int fd);
+    virtual result<void> close(int fd);
+    /// Atomically replaces `to` with `from`.
+    virtual result<void> rename(const std::filesystem::path& from, const std::filesystem::path& to);
+    /// Makes the directory's entries (a rename, a removal) durable.
+    virtual result<void> sync_directory(const std::filesystem::path& dir);
+    virtual result<void> remove(const std::filesystem::path& path);
+};
+
+/// The plain POSIX operations.
+[[nodiscard]] file_ops& posix_file_ops();
+
+/// `errc::io_error` with "`what` `path`: strerror(errno)".
+[[nodiscard]] error io_error_from_errno(const char* what, const std::filesystem::path& path);
+
+} // namespace ruda

@@ -1,0 +1,118 @@
+// The durable writer: buffered appends, short writes retried, and on any failure the
+// temporary file closed and removed so that nothing but the previous state remains.
+#include <ruda/checkpoint/detail/durable_writer.hpp>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+namespace ruda::detail {
+
+std::filesystem::path durable_writer::temporary_path(const std::filesystem::path& path)
+{
+    return std::filesystem::path{path.string() + ".tmp"};
+}
+
+result<std::unique_ptr<durable_writer>> durable_writer::create(std::filesystem::path path,
+                                                                file_ops& ops)
+{
+    const auto temporary = temporary_path(path);
+    auto fd = ops.create(temporary);
+    if (!fd) {
+        return error{fd.error().code(), "Saving " + path.string() + ": " + fd.error().message()};
+    }
+    return std::unique_ptr<durable_writer>(new durable_writer(std::move(path), ops, fd.value()));
+}
+
+durable_writer::durable_writer(std::filesystem::path path, file_ops& ops, int fd)
+    : path_(std::move(path)), temporary_(temporary_path(path_)), ops_(ops), fd_(fd)
+{
+    buffer_.reserve(buffer_size);
+}
+
+durable_writer::~durable_writer()
+{
+    if (fd_ >= 0) {
+        (void)ops_.close(fd_);
+    }
+    if (!committed_) {
+        (void)ops_.remove(temporary_);
+    }
+}
+
+error durable_writer::fail(const error& cause) const
+{
+    return error{cause.code(), "Saving " + path_.string() + ": " + cause.message()};
+}
+
+result<void> durable_writer::write_all(std::span<const std::uint8_t> bytes)
+{
+    while (!bytes.empty()) {
+        auto written = ops_.write(fd_, bytes.data(), bytes.size());
+        if (!written) {
+            return fail(written.error());
+        }
+        bytes = bytes.subspan(std::min(written.value(), bytes.size()));
+    }
+    return success();
+}
+
+result<void> durable_writer::flush()
+{
+    BOOST_OUTCOME_TRY(write_all(buffer_));
+    buffer_.clear();
+    return success();
+}
+
+result<void> durable_writer::write(std::span<const std::uint8_t> bytes)
+{
+    size_ += bytes.size();
+    if (buffer_.size() + bytes.size() > buffer_size) {
+        BOOST_OUTCOME_TRY(flush());
+    }
+    if (bytes.size() >= buffer_size) {
+        return write_all(bytes); // large payloads go straight from the caller's memory
+    }
+    buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
+    return success();
+}
+
+result<void> durable_writer::pad_to(std::uint64_t offset)
+{
+    static constexpr std::array<std::uint8_t, 64> zeros{};
+    while (size_ < offset) {
+        const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(offset - size_, zeros.size()));
+        BOOST_OUTCOME_TRY(write(std::span{zeros}.first(n)));
+    }
+    return success();
+}
+
+result<void> durable_writer::overwrite(std::span<const std::uint8_t> bytes, std::uint64_t offset)
+{
+    BOOST_OUTCOME_TRY(flush());
+    auto done = ops_.pwrite(fd_, bytes.data(), bytes.size(), offset);
+    return done ? success() : result<void>{fail(done.error())};
+}
+
+result<void> durable_writer::commit()
+{
+    BOOST_OUTCOME_TRY(flush());
+    if (auto synced = ops_.fsync(fd_); !synced) {
+        return fail(synced.error());
+    }
+    const int fd = std::exchange(fd_, -1);
+    if (auto closed = ops_.close(fd); !closed) {
+        return fail(closed.error());
+    }
+    if (auto renamed = ops_.rename(temporary_, path_); !renamed) {
+        return fail(renamed.error());
+    }
+    committed_ = true; // the target now holds the new bytes, whatever follows
+    const auto dir = path_.parent_path();
+    if (auto synced = ops_.sync_directory(dir.empty() ? "." : dir); !synced) {
+        return fail(synced.error());
+    }
+    return success();
+}
+
+} // namespace ruda::detail

@@ -1,0 +1,127 @@
+// POSIX file operations for checkpoint writes; every failure names the call and the path.
+#include <ruda/checkpoint/file_ops.hpp>
+
+#include <fcntl.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace ruda {
+
+error io_error_from_errno(const char* what, const std::filesystem::path& path)
+{
+    return error{errc::io_error, std::string(what) + " " + path.string() + ": " + std::strerror(errno)};
+}
+
+namespace {
+
+// Descriptors have no path; messages name the descriptor instead.
+std::filesystem::path fd_name(int fd) { return "fd " + std::to_string(fd); }
+
+} // namespace
+
+result<int> file_ops::create(const std::filesystem::path& path)
+{
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        return io_error_from_errno("create", path);
+    }
+    return fd;
+}
+
+result<std::size_t> file_ops::write(int fd, const void* data, std::size_t size)
+{
+    for (;;) {
+        const ssize_t n = ::write(fd, data, size);
+        if (n > 0) {
+            return static_cast<std::size_t>(n);
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n == 0) {
+            errno = EIO;
+        }
+        return io_error_from_errno("write", fd_name(fd));
+    }
+}
+
+result<void> file_ops::pwrite(int fd, const void* data, std::size_t size, std::uint64_t offset)
+{
+    const auto* bytes = static_cast<const char*>(data);
+    while (size > 0) {
+        const ssize_t n = ::pwrite(fd, bytes, size, static_cast<off_t>(offset));
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            if (n == 0) {
+                errno = EIO;
+            }
+            return io_error_from_errno("pwrite", fd_name(fd));
+        }
+        bytes += n;
+        size -= static_cast<std::size_t>(n);
+        offset += static_cast<std::uint64_t>(n);
+    }
+    return success();
+}
+
+result<void> file_ops::fsync(int fd)
+{
+    if (::fsync(fd) != 0) {
+        return io_error_from_errno("fsync", fd_name(fd));
+    }
+    return success();
+}
+
+result<void> file_ops::close(int fd)
+{
+    if (::close(fd) != 0) {
+        return io_error_from_errno("close", fd_name(fd));
+    }
+    return success();
+}
+
+result<void> file_ops::rename(const std::filesystem::path& from, const std::filesystem::path& to)
+{
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+        return io_error_from_errno("rename", from);
+    }
+    return success();
+}
+
+result<void> file_ops::sync_directory(const std::filesystem::path& dir)
+{
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        return io_error_from_errno("open directory", dir);
+    }
+    const bool synced = ::fsync(fd) == 0;
+    const int saved = errno;
+    ::close(fd);
+    if (!synced) {
+        errno = saved;
+        return io_error_from_errno("fsync directory", dir);
+    }
+    return success();
+}
+
+result<void> file_ops::remove(const std::filesystem::path& path)
+{
+    if (::unlink(path.c_str()) != 0) {
+        return io_error_from_errno("remove", path);
+    }
+    return success();
+}
+
+file_ops& posix_file_ops()
+{
+    static file_ops ops;
+    return ops;
+}
+
+} // namespace ruda

@@ -1,0 +1,433 @@
+// Encoding and checked decoding of the checkpoint frame. Decoding never trusts a size: every
+// count is compared with the bytes that remain before anything is reserved or read.
+#include <ruda/checkpoint/checkpoint.hpp>
+#include <ruda/checkpoint/detail/frame.hpp>
+#include <ruda/version.hpp>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace ruda::detail {
+namespace {
+
+constexpr std::array<std::uint8_t, 8> preamble_magic{'R', 'U', 'D', 'A', 'C', 'K', 'P', 'T'};
+constexpr std::array<std::uint8_t, 8> trailer_magic{'R', 'U', 'D', 'A', 'E', 'N', 'D', '1'};
+constexpr std::size_t dtype_size = 24;
+constexpr std::size_t max_rank = 64;
+// The least an entry (rank 0) and a section (a 1-byte name) take in the header.
+constexpr std::size_t min_entry_size = 8 + 2 * dtype_size + 8 + 3 * 8;
+constexpr std::size_t min_section_size = 4 + 1 + 3 * 8;
+
+error malformed(const std::string& why) { return error{errc::malformed_record, why}; }
+
+// Little-endian output into a byte vector.
+class byte_writer {
+public:
+    explicit byte_writer(std::vector<std::uint8_t>& out) : out_(out) {}
+    void u8(std::uint8_t v) { out_.push_back(v); }
+    void u16(std::uint16_t v) { put(v, 2); }
+    void u32(std::uint32_t v) { put(v, 4); }
+    void u64(std::uint64_t v) { put(v, 8); }
+    void bytes(const void* data, std::size_t n)
+    {
+        const auto* p = static_cast<const std::uint8_t*>(data);
+        out_.insert(out_.end(), p, p + n);
+    }
+
+private:
+    void put(std::uint64_t v, int n)
+    {
+        for (int i = 0; i < n; ++i) {
+            out_.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+        }
+    }
+    std::vector<std::uint8_t>& out_;
+};
+
+// Little-endian input from a span; a read past the end sets `failed` and yields zeros.
+class byte_reader {
+public:
+    explicit byte_reader(std::span<const std::uint8_t> in) : in_(in) {}
+    std::uint8_t u8() { return static_cast<std::uint8_t>(get(1)); }
+    std::uint16_t u16() { return static_cast<std::uint16_t>(get(2)); }
+    std::uint32_t u32() { return static_cast<std::uint32_t>(get(4)); }
+    std::uint64_t u64() { return get(8); }
+    std::span<const std::uint8_t> bytes(std::size_t n)
+    {
+        if (n > remaining()) {
+            failed_ = true;
+            position_ = in_.size();
+            return {};
+        }
+        const auto out = in_.subspan(position_, n);
+        position_ += n;
+        return out;
+    }
+    [[nodiscard]] std::size_t remaining() const noexcept { return in_.size() - position_; }
+    [[nodiscard]] bool failed() const noexcept { return failed_; }
+
+private:
+    std::uint64_t get(std::size_t n)
+    {
+        const auto b = bytes(n);
+        std::uint64_t v = 0;
+        for (std::size_t i = 0; i < b.size(); ++i) {
+            v |= static_cast<std::uint64_t>(b[i]) << (8 * i);
+        }
+        return v;
+    }
+    std::span<const std::uint8_t> in_;
+    std::size_t position_ = 0;
+    bool failed_ = false;
+};
+
+// A dtype in 24 bytes: kind, bool store, then for quantized data value, param, store kind,
+// level kind, block length, mode, store dim (u64), the five block dims, and zero padding.
+void encode_dtype(byte_writer& w, const dtype& d)
+{
+    std::array<std::uint8_t, dtype_size> b{};
+    b[0] = static_cast<std::uint8_t>(d.get_kind());
+    if (d.is_bool()) {
+        b[1] = static_cast<std::uint8_t>(d.get_bool_store());
+    }
+    if (const quant_scheme* s = d.scheme()) {
+        b[2] = static_cast<std::uint8_t>(s->value);
+        b[3] = static_cast<std::uint8_t>(s->param);
+        b[4] = static_cast<std::uint8_t>(s->store.get_kind());
+        b[5] = static_cast<std::uint8_t>(s->level.get_kind());
+        b[6] = s->level.blocks().len();
+        b[7] = static_cast<std::uint8_t>(s->mode);
+        const std::uint64_t dim = s->store.dim();
+        for (int i = 0; i < 8; ++i) {
+            b[8 + i] = static_cast<std::uint8_t>(dim >> (8 * i));
+        }
+        std::copy(s->level.blocks().storage().begin(), s->level.blocks().storage().end(),
+                  b.begin() + 16);
+    }
+    w.bytes(b.data(), b.size());
+}
+
+std::optional<dtype> decode_dtype(byte_reader& r)
+{
+    const auto b = r.bytes(dtype_size);
+    if (b.size() != dtype_size || b[0] > static_cast<std::uint8_t>(dtype::kind::qfloat) ||
+        std::any_of(b.begin() + 21, b.end(), [](std::uint8_t x) { return x != 0; })) {
+        return std::nullopt;
+    }
+    const auto kind = static_cast<dtype::kind>(b[0]);
+    const bool rest_zero = std::all_of(b.begin() + 2, b.end(), [](std::uint8_t x) { return x == 0; });
+    if (kind == dtype::kind::boolean) {
+        if (b[1] > static_cast<std::uint8_t>(bool_store::u32) || !rest_zero) {
+            return std::nullopt;
+        }
+        return dtype::boolean(static_cast<bool_store>(b[1]));
+    }
+    if (kind != dtype::kind::qfloat) {
+        return b[1] == 0 && rest_zero ? dtype::from_kind(kind) : std::nullopt;
+    }
+    if (b[1] != 0 || b[2] > static_cast<std::uint8_t>(quant_value::q2s) ||
+        b[3] > static_cast<std::uint8_t>(quant_param::ue4m3) ||
+        b[4] > static_cast<std::uint8_t>(quant_store::kind::packed_u32) ||
+        b[5] > static_cast<std::uint8_t>(quant_level::kind::block) ||
+        b[7] != static_cast<std::uint8_t>(quant_mode::symmetric)) {
+        return std::nullopt;
+    }
+    std::uint64_t dim = 0;
+    for (int i = 0; i < 8; ++i) {
+        dim |= static_cast<std::uint64_t>(b[8 + i]) << (8 * i);
+    }
+    quant_scheme s;
+    s.value = static_cast<quant_value>(b[2]);
+    s.param = static_cast<quant_param>(b[3]);
+    switch (static_cast<quant_store::kind>(b[4])) {
+    case quant_store::kind::native:
+        if (dim != 0) {
+            return std::nullopt;
+        }
+        s.store = quant_store::native();
+        break;
+    case quant_store::kind::packed_native: s.store = quant_store::packed_native(dim); break;
+    case quant_store::kind::packed_u32: s.store = quant_store::packed_u32(dim); break;
+    }
+    std::array<std::uint8_t, block_size::max_dims> storage{};
+    std::copy(b.begin() + 16, b.begin() + 21, storage.begin());
+    const auto blocks = block_size::from_parts(storage, b[6]);
+    if (static_cast<quant_level::kind>(b[5]) == quant_level::kind::tensor) {
+        if (!(blocks == block_size{})) {
+            return std::nullopt;
+        }
+        s.level = quant_level::tensor();
+    } else {
+        s.level = quant_level::block(blocks); // a length past 5 is left for restore to reject
+    }
+    s.mode = quant_mode::symmetric;
+    return dtype::qfloat(s);
+}
+
+void encode_payload(byte_writer& w, const payload_location& p)
+{
+    w.u64(p.offset);
+    w.u64(p.length);
+    w.u64(p.checksum);
+}
+
+payload_location decode_payload(byte_reader& r)
+{
+    payload_location p;
+    p.offset = r.u64();
+    p.length = r.u64();
+    p.checksum = r.u64();
+    return p;
+}
+
+std::string version_text(const std::array<std::uint16_t, 3>& v)
+{
+    return std::to_string(v[0]) + "." + std::to_string(v[1]) + "." + std::to_string(v[2]);
+}
+
+} // namespace
+
+std::uint64_t checksum(std::span<const std::uint8_t> bytes) noexcept
+{
+    return XXH3_64bits(bytes.data(), bytes.size());
+}
+
+std::array<std::uint8_t, preamble_size> encode_preamble(const frame& f)
+{
+    std::vector<std::uint8_t> out;
+    byte_writer w{out};
+    w.bytes(preamble_magic.data(), preamble_magic.size());
+    w.u32(f.format_version);
+    w.u32(f.flags);
+    for (const std::uint16_t part : f.producer) {
+        w.u16(part);
+    }
+    w.u16(0);
+    w.u64(f.header_offset);
+    w.u64(f.header_length);
+    w.u64(f.header_checksum);
+    w.u64(f.file_length);
+    w.u64(checksum(out));
+    std::array<std::uint8_t, preamble_size> bytes{};
+    std::copy(out.begin(), out.end(), bytes.begin());
+    return bytes;
+}
+
+std::array<std::uint8_t, trailer_size> encode_trailer(const frame& f)
+{
+    std::vector<std::uint8_t> out;
+    byte_writer w{out};
+    w.bytes(trailer_magic.data(), trailer_magic.size());
+    w.u64(f.header_checksum);
+    w.u64(f.file_length);
+    w.u64(checksum(out));
+    std::array<std::uint8_t, trailer_size> bytes{};
+    std::copy(out.begin(), out.end(), bytes.begin());
+    return bytes;
+}
+
+std::vector<std::uint8_t> encode_header(const checkpoint_index& index)
+{
+    std::vector<std::uint8_t> out;
+    byte_writer w{out};
+    w.u64(index.entries.size());
+    w.u64(index.sections.size());
+    for (const checkpoint_entry_info& e : index.entries) {
+        w.u64(e.id);
+        encode_dtype(w, e.original);
+        encode_dtype(w, e.stored);
+        w.u32(static_cast<std::uint32_t>(e.shape.size()));
+        w.u32(0);
+        for (const std::size_t d : e.shape) {
+            w.u64(d);
+        }
+        encode_payload(w, e.payload);
+    }
+    for (const checkpoint_section_info& s : index.sections) {
+        w.u32(static_cast<std::uint32_t>(s.name.size()));
+        w.bytes(s.name.data(), s.name.size());
+        encode_payload(w, s.payload);
+    }
+    return out;
+}
+
+result<frame> decode_preamble(std::span<const std::uint8_t, preamble_size> bytes,
+                              std::uint64_t file_length, std::uint64_t max_header_bytes)
+{
+    byte_reader r{bytes};
+    const auto magic = r.bytes(preamble_magic.size());
+    if (!std::equal(magic.begin(), magic.end(), preamble_magic.begin())) {
+        return malformed("not a ruda checkpoint (no RUDACKPT magic)");
+    }
+    frame f;
+    f.format_version = r.u32();
+    f.flags = r.u32();
+    for (std::uint16_t& part : f.producer) {
+        part = r.u16();
+    }
+    const std::uint16_t reserved = r.u16();
+    if (f.format_version > checkpoint_format_version) {
+        return error{errc::unsupported_version,
+                     "checkpoint format version " + std::to_string(f.format_version) +
+                         " (written by ruda " + version_text(f.producer) +
+                         ") is newer than this ruda " RUDA_VERSION_STRING
+                         " reads (format version " +
+                         std::to_string(checkpoint_format_version) + "); upgrade ruda"};
+    }
+    if (f.format_version == 0) {
+        return malformed("checkpoint format version 0 does not exist");
+    }
+    f.header_offset = r.u64();
+    f.header_length = r.u64();
+    f.header_checksum = r.u64();
+    f.file_length = r.u64();
+    const std::uint64_t recorded = r.u64();
+    if (recorded != checksum(bytes.first(preamble_size - 8))) {
+        return error{errc::checksum_mismatch, "checkpoint preamble checksum mismatch"};
+    }
+    if (f.flags != 0 || reserved != 0) {
+        return error{errc::unsupported_version,
+                     "checkpoint uses flags " + std::to_string(f.flags) +
+                         " that this ruda " RUDA_VERSION_STRING " does not know; upgrade ruda"};
+    }
+    if (f.file_length != file_length) {
+        return malformed("checkpoint is " + std::to_string(file_length) +
+                         " bytes but was written with " + std::to_string(f.file_length) +
+                         " (truncated or extended)");
+    }
+    if (f.header_length > max_header_bytes) {
+        return malformed("checkpoint header of " + std::to_string(f.header_length) +
+                         " bytes exceeds the limit of " + std::to_string(max_header_bytes));
+    }
+    if (f.header_offset < preamble_size || f.header_offset > file_length ||
+        f.header_length > file_length - f.header_offset ||
+        file_length - f.header_offset - f.header_length != trailer_size) {
+        return malformed("checkpoint header at " + std::to_string(f.header_offset) + " (" +
+                         std::to_string(f.header_length) + " bytes) does not end " +
+                         std::to_string(trailer_size) + " bytes before the end of the file");
+    }
+    return f;
+}
+
+result<void> check_trailer(std::span<const std::uint8_t, trailer_size> bytes, const frame& f)
+{
+    byte_reader r{bytes};
+    const auto magic = r.bytes(trailer_magic.size());
+    if (!std::equal(magic.begin(), magic.end(), trailer_magic.begin())) {
+        return malformed("checkpoint has no trailer (incomplete write?)");
+    }
+    const std::uint64_t header_checksum = r.u64();
+    const std::uint64_t file_length = r.u64();
+    const std::uint64_t recorded = r.u64();
+    if (recorded != checksum(bytes.first(trailer_size - 8))) {
+        return error{errc::checksum_mismatch, "checkpoint trailer checksum mismatch"};
+    }
+    if (header_checksum != f.header_checksum || file_length != f.file_length) {
+        return malformed("checkpoint trailer disagrees with its preamble");
+    }
+    return success();
+}
+
+result<checkpoint_index> decode_header(std::span<const std::uint8_t> header, const frame& f)
+{
+    if (checksum(header) != f.header_checksum) {
+        return error{errc::checksum_mismatch, "checkpoint header checksum mismatch"};
+    }
+    byte_reader r{header};
+    const std::uint64_t entries = r.u64();
+    const std::uint64_t sections = r.u64();
+    if (entries > r.remaining() / min_entry_size ||
+        sections > (r.remaining() - entries * min_entry_size) / min_section_size) {
+        return malformed("checkpoint header claims " + std::to_string(entries) + " entries and " +
+                         std::to_string(sections) + " sections in " +
+                         std::to_string(header.size()) + " bytes");
+    }
+    checkpoint_index index;
+    index.format_version = f.format_version;
+    index.producer = version_text(f.producer);
+    index.file_length = f.file_length;
+    index.entries.reserve(entries);
+    index.sections.reserve(sections);
+    for (std::uint64_t k = 0; k < entries; ++k) {
+        checkpoint_entry_info e;
+        e.id = r.u64();
+        const auto original = decode_dtype(r);
+        const auto stored = decode_dtype(r);
+        if (!original || !stored) {
+            return malformed("checkpoint entry " + std::to_string(k) + " (parameter " +
+                             std::to_string(e.id) + ") has an invalid dtype");
+        }
+        e.original = *original;
+        e.stored = *stored;
+        const std::uint32_t rank = r.u32();
+        const std::uint32_t reserved = r.u32();
+        if (rank > max_rank || reserved != 0 || rank > r.remaining() / 8) {
+            return malformed("checkpoint entry " + std::to_string(k) + " (parameter " +
+                             std::to_string(e.id) + ") has an invalid rank " +
+                             std::to_string(rank));
+        }
+        e.shape.resize(rank);
+        for (std::size_t& d : e.shape) {
+            d = r.u64();
+        }
+        e.payload = decode_payload(r);
+        index.entries.push_back(std::move(e));
+    }
+    std::set<std::string, std::less<>> names;
+    for (std::uint64_t k = 0; k < sections; ++k) {
+        const std::uint32_t length = r.u32();
+        if (length == 0 || length > checkpoint::max_name_length || length > r.remaining()) {
+            return malformed("checkpoint section " + std::to_string(k) +
+                             " has a name of invalid length " + std::to_string(length));
+        }
+        const auto name = r.bytes(length);
+        checkpoint_section_info s{std::string(name.begin(), name.end()), decode_payload(r)};
+        if (!names.insert(s.name).second) {
+            return malformed("checkpoint has two sections named " + s.name);
+        }
+        index.sections.push_back(std::move(s));
+    }
+    if (r.failed() || r.remaining() != 0) {
+        return malformed("checkpoint header is " + std::string(r.failed() ? "truncated" : "too long"));
+    }
+
+    // Every payload aligned, between the preamble and the header, and no two overlapping.
+    std::vector<std::pair<payload_location, std::string>> payloads;
+    for (const auto& e : index.entries) {
+        payloads.emplace_back(e.payload, "parameter " + std::to_string(e.id));
+    }
+    for (const auto& s : index.sections) {
+        payloads.emplace_back(s.payload, "section " + s.name);
+    }
+    for (const auto& [p, what] : payloads) {
+        if (p.offset % payload_alignment != 0 || p.offset < preamble_size ||
+            p.offset > f.header_offset || p.length > f.header_offset - p.offset) {
+            return malformed("checkpoint payload of " + what + " (offset " +
+                             std::to_string(p.offset) + ", " + std::to_string(p.length) +
+                             " bytes) lies outside the payload area");
+        }
+    }
+    // Empty payloads first among equal offsets: one may sit where the next payload starts.
+    std::sort(payloads.begin(), payloads.end(), [](const auto& a, const auto& b) {
+        return std::pair{a.first.offset, a.first.length} <
+               std::pair{b.first.offset, b.first.length};
+    });
+    for (std::size_t k = 1; k < payloads.size(); ++k) {
+        const auto& before = payloads[k - 1].first;
+        if (payloads[k].first.offset < before.offset + before.length) {
+            return malformed("checkpoint payloads of " + payloads[k - 1].second + " and " +
+                             payloads[k].second + " overlap");
+        }
+    }
+    return index;
+}
+
+} // namespace ruda::detail

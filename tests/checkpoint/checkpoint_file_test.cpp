@@ -1,0 +1,450 @@
+// Checkpoint files: bit-exact round trips with sections; a newer format version; every kind of
+// corrupt, truncated, foreign or inconsistent frame rejected with its own code before anything
+// is deserialized; payload checksums; partial loads; and a failed or short write.
+#include "checkpoint_test_support.hpp"
+
+#include <ruda/checkpoint/checkpoint_file.hpp>
+
+#include <cereal/types/map.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <map>
+#include <string>
+
+namespace {
+
+using ruda::errc;
+using ruda::test::temp_dir;
+
+struct optimizer_state {
+    std::uint64_t step = 0;
+    std::vector<double> moments;
+    std::map<std::string, float> hyper;
+
+    template <class Archive>
+    void serialize(Archive& ar)
+    {
+        ar(step, moments, hyper);
+    }
+    friend bool operator==(const optimizer_state&, const optimizer_state&) = default;
+};
+
+ruda::checkpoint sample_checkpoint()
+{
+    ruda::checkpoint c{ruda::test::valid_sample()};
+    c.put("step", std::uint64_t{1234}).value();
+    c.put("optimizer", optimizer_state{7, {0.5, -1e-300, 3.0}, {{"lr", 0.01F}, {"beta", 0.9F}}})
+        .value();
+    c.put("rng", std::string("mt19937 state ...")).value();
+    return c;
+}
+
+// Saves the sample and returns its path.
+std::filesystem::path saved_sample(const temp_dir& dir)
+{
+    const auto path = dir / "sample.ruda";
+    BOOST_REQUIRE(ruda::save_checkpoint_file(path, sample_checkpoint()));
+    return path;
+}
+
+void expect_error(const std::filesystem::path& path, errc code, const std::string& text,
+                  const ruda::checkpoint_load_options& options = {})
+{
+    const auto loaded = ruda::load_checkpoint_file(path, options);
+    BOOST_REQUIRE(!loaded);
+    BOOST_TEST(loaded.error() == code);
+    BOOST_TEST(loaded.error().message().find(text) != std::string::npos,
+               "\"" << loaded.error().message() << "\" should contain \"" << text << "\"");
+}
+
+// A one-line file edit: `edit` changes the bytes.
+void edit_file(const std::filesystem::path& path,
+               const std::function<void(std::vector<std::uint8_t>&)>& edit)
+{
+    auto bytes = ruda::test::read_bytes(path);
+    edit(bytes);
+    ruda::test::write_bytes(path, bytes);
+}
+
+// Stands for a full disk, a failing fsync or rename...: fails call number `fail_at` (counting
+// every operation from 1), and may write at most `chunk` bytes per write call.
+class faulty_ops : public ruda::file_ops {
+public:
+    int fail_at = 0;
+    std::size_t chunk = 0;
+    int calls = 0;
+
+    ruda::result<int> create(const std::filesystem::path& p) override
+    {
+        return fail() ? injected() : ruda::file_ops::create(p);
+    }
+    ruda::result<std::size_t> write(int fd, const void* data, std::size_t size) override
+    {
+        if (fail()) {
+            return injected();
+        }
+        return ruda::file_ops::write(fd, data, chunk != 0 ? std::min(size, chunk) : size);
+    }
+    ruda::result<void> pwrite(int fd, const void* data, std::size_t size,
+                              std::uint64_t offset) override
+    {
+        return fail() ? injected() : ruda::file_ops::pwrite(fd, data, size, offset);
+    }
+    ruda::result<void> fsync(int fd) override
+    {
+        return fail() ? injected() : ruda::file_ops::fsync(fd);
+    }
+    ruda::result<void> close(int fd) override
+    {
+        if (fail()) {
+            (void)ruda::file_ops::close(fd); // a failed close still releases the descriptor
+            return injected();
+        }
+        return ruda::file_ops::close(fd);
+    }
+    ruda::result<void> rename(const std::filesystem::path& from,
+                              const std::filesystem::path& to) override
+    {
+        return fail() ? injected() : ruda::file_ops::rename(from, to);
+    }
+    ruda::result<void> sync_directory(const std::filesystem::path& dir) override
+    {
+        return fail() ? injected() : ruda::file_ops::sync_directory(dir);
+    }
+
+private:
+    bool fail() { return ++calls == fail_at; }
+    static ruda::error injected() { return {errc::io_error, "injected: no space left on device"}; }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(checkpoint_file)
+
+BOOST_AUTO_TEST_CASE(round_trip_is_bit_exact_with_sections)
+{
+    const temp_dir dir;
+    const auto original = sample_checkpoint();
+    const auto path = dir / "c.ruda";
+    const auto size = ruda::save_checkpoint_file(path, original);
+    BOOST_REQUIRE(size);
+    BOOST_TEST(size.value() == std::filesystem::file_size(path));
+    BOOST_TEST(!std::filesystem::exists(dir / "c.ruda.tmp"));
+
+    const auto loaded = ruda::load_checkpoint_file(path);
+    BOOST_REQUIRE(loaded);
+    BOOST_TEST((loaded.value() == original)); // entries, dtypes, shapes, bytes and sections
+    std::uint64_t step = 0;
+    BOOST_REQUIRE(loaded.value().get("step", step));
+    BOOST_TEST(step == 1234U);
+    optimizer_state optimizer;
+    BOOST_REQUIRE(loaded.value().get("optimizer", optimizer));
+    BOOST_TEST((optimizer == optimizer_state{7, {0.5, -1e-300, 3.0}, {{"lr", 0.01F}, {"beta", 0.9F}}}));
+
+    // Payloads are 64-byte aligned; the index describes the file.
+    const auto reader = ruda::checkpoint_reader::open(path).value();
+    BOOST_TEST(reader.index().format_version == ruda::checkpoint_format_version);
+    BOOST_TEST(reader.index().producer == RUDA_VERSION_STRING);
+    BOOST_TEST(reader.index().entries.size() == original.gradients().entries().size());
+    for (const auto& e : reader.index().entries) {
+        BOOST_TEST(e.payload.offset % 64 == 0U);
+        BOOST_TEST(reader.payload_intact(e.payload).value());
+    }
+    BOOST_TEST(reader.index().sections.size() == 3U);
+    BOOST_TEST(reader.index().sections[1].name == "optimizer");
+
+    // Empty contents are a valid checkpoint too.
+    BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "empty.ruda", ruda::checkpoint{}));
+    const auto empty = ruda::load_checkpoint_file(dir / "empty.ruda");
+    BOOST_REQUIRE(empty);
+    BOOST_TEST(empty.value().gradients().entries().empty());
+}
+
+BOOST_AUTO_TEST_CASE(partial_load_reads_only_the_selected_gradients)
+{
+    const temp_dir dir;
+    const auto path = saved_sample(dir);
+    const auto all = ruda::test::valid_sample().entries();
+    const auto some = ruda::load_checkpoint_file(path, {.only_ids = std::vector<std::uint64_t>{3, 11, 3}});
+    BOOST_REQUIRE(some);
+    const auto& entries = some.value().gradients().entries();
+    BOOST_REQUIRE_EQUAL(entries.size(), 2U);
+    BOOST_TEST((entries[0] == all[2]));
+    BOOST_TEST((entries[1] == all[10]));
+    BOOST_TEST(some.value().sections().size() == 3U);
+
+    // A corrupt payload outside the selection does not matter.
+    const auto reader = ruda::checkpoint_reader::open(path).value();
+    const auto other = reader.index().entries[0].payload.offset;
+    edit_file(path, [other](auto& b) { b[other] ^= 0x01; });
+    BOOST_CHECK(ruda::load_checkpoint_file(path, {.only_ids = std::vector<std::uint64_t>{3}}));
+
+    expect_error(path, errc::missing_gradient, "has no gradient for parameter 99",
+                 {.only_ids = std::vector<std::uint64_t>{3, 99}});
+}
+
+BOOST_AUTO_TEST_CASE(a_newer_format_version_asks_for_an_upgrade)
+{
+    const temp_dir dir;
+    const auto path = saved_sample(dir);
+    const auto whole = ruda::test::read_bytes(path);
+    ruda::test::rewrite(path, [](auto&) {}, [](ruda::detail::frame& f) {
+        f.format_version = 2;
+        f.producer = {3, 1, 4};
+    });
+    expect_error(path, errc::unsupported_version,
+                 "checkpoint format version 2 (written by ruda 3.1.4) is newer than this ruda "
+                 RUDA_VERSION_STRING " reads (format version 1); upgrade ruda");
+    ruda::test::write_bytes(path, whole);
+    ruda::test::rewrite(path, [](auto&) {}, [](ruda::detail::frame& f) { f.flags = 4; });
+    expect_error(path, errc::unsupported_version, "flags 4");
+    ruda::test::write_bytes(path, whole);
+    ruda::test::rewrite(path, [](auto&) {}, [](ruda::detail::frame& f) { f.format_version = 0; });
+    expect_error(path, errc::malformed_record, "version 0");
+}
+
+BOOST_AUTO_TEST_CASE(foreign_short_and_truncated_files_are_malformed)
+{
+    const temp_dir dir;
+    ruda::test::write_bytes(dir / "text", std::vector<std::uint8_t>(200, 'x'));
+    expect_error(dir / "text", errc::malformed_record, "not a ruda checkpoint");
+    ruda::test::write_bytes(dir / "empty", {});
+    expect_error(dir / "empty", errc::malformed_record, "too short");
+    expect_error(dir / "missing", errc::io_error, "open");
+    expect_error(dir.path(), errc::malformed_record, "not a regular file");
+
+    const auto path = saved_sample(dir);
+    const auto whole = ruda::test::read_bytes(path);
+    for (const std::size_t keep : {whole.size() - 1, whole.size() - 32, whole.size() / 2, std::size_t{100}}) {
+        ruda::test::write_bytes(path, {whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(keep)});
+        expect_error(path, errc::malformed_record, "(truncated or extended)");
+    }
+    auto longer = whole;
+    longer.push_back(0);
+    ruda::test::write_bytes(path, longer);
+    expect_error(path, errc::malformed_record, "(truncated or extended)");
+}
+
+BOOST_AUTO_TEST_CASE(corrupt_frame_bytes_fail_their_checksums)
+{
+    const temp_dir dir;
+    const auto path = saved_sample(dir);
+    const auto whole = ruda::test::read_bytes(path);
+    const auto header_offset = ruda::test::le64(whole, 24);
+
+    edit_file(path, [](auto& b) { b[33] ^= 0x10; }); // header length in the preamble
+    expect_error(path, errc::checksum_mismatch, "preamble checksum mismatch");
+
+    ruda::test::write_bytes(path, whole);
+    edit_file(path, [header_offset](auto& b) { b[header_offset + 20] ^= 0x01; });
+    expect_error(path, errc::checksum_mismatch, "header checksum mismatch");
+
+    ruda::test::write_bytes(path, whole);
+    edit_file(path, [](auto& b) { b[b.size() - 3] ^= 0x01; }); // the trailer's own checksum
+    expect_error(path, errc::checksum_mismatch, "trailer checksum mismatch");
+
+    ruda::test::write_bytes(path, whole);
+    edit_file(path, [](auto& b) { b[b.size() - 32] = 'X'; });
+    expect_error(path, errc::malformed_record, "no trailer");
+
+    ruda::test::write_bytes(path, whole);
+    edit_file(path, [](auto& b) { b[0] = 'r'; });
+    expect_error(path, errc::malformed_record, "no RUDACKPT magic");
+}
+
+BOOST_AUTO_TEST_CASE(corrupt_payloads_fail_their_checksums_unless_skipped)
+{
+    const temp_dir dir;
+    const auto path = saved_sample(dir);
+    const auto index = ruda::checkpoint_reader::open(path).value().index();
+    const auto& target = index.entries[4]; // parameter 5
+    edit_file(path, [&](auto& b) { b[target.payload.offset + 1] ^= 0x80; });
+    expect_error(path, errc::checksum_mismatch, "checksum mismatch in the gradient of parameter 5");
+    const auto reader = ruda::checkpoint_reader::open(path).value();
+    BOOST_TEST(!reader.payload_intact(target.payload).value());
+
+    // Skipping verification is an explicit choice; the flipped bit then comes through.
+    const auto unchecked = ruda::load_checkpoint_file(path, {.verify_checksums = false});
+    BOOST_REQUIRE(unchecked);
+    BOOST_TEST(!(unchecked.value().gradients().entries()[4] == ruda::test::valid_sample().entries()[4]));
+
+    const auto section = index.sections[0];
+    edit_file(path, [&](auto& b) {
+        b[target.payload.offset + 1] ^= 0x80;
+        b[section.payload.offset] ^= 0x01;
+    });
+    expect_error(path, errc::checksum_mismatch, "checksum mismatch in section step");
+}
+
+BOOST_AUTO_TEST_CASE(an_oversized_header_is_refused_before_it_is_read)
+{
+    const temp_dir dir;
+    const auto path = saved_sample(dir);
+    const auto whole = ruda::test::read_bytes(path);
+    expect_error(path, errc::malformed_record, "exceeds the limit of 100", {.max_header_bytes = 100});
+    // A header that claims more than the file holds, a little or vastly.
+    ruda::test::rewrite(path, [](auto&) {}, [](ruda::detail::frame& f) { f.header_length += 1000; });
+    expect_error(path, errc::malformed_record, "does not end 32 bytes before the end of the file");
+    ruda::test::write_bytes(path, whole);
+    ruda::test::rewrite(path, [](auto&) {}, [](ruda::detail::frame& f) {
+        f.header_length = std::uint64_t{1} << 40U;
+    });
+    expect_error(path, errc::malformed_record, "exceeds the limit of 67108864");
+}
+
+BOOST_AUTO_TEST_CASE(payloads_outside_the_area_misaligned_or_overlapping_are_refused)
+{
+    const temp_dir dir;
+    const auto path = saved_sample(dir);
+    const auto whole = ruda::test::read_bytes(path);
+    const auto header_offset = ruda::test::le64(whole, 24);
+    const auto cases = std::vector<std::pair<std::function<void(ruda::checkpoint_index&)>, std::string>>{
+        {[&](auto& i) { i.entries[0].payload.offset = 0; }, "outside the payload area"},
+        {[&](auto& i) { i.entries[0].payload.offset = header_offset + 64; }, "outside the payload area"},
+        {[&](auto& i) { i.entries[1].payload.length = header_offset; }, "outside the payload area"},
+        {[&](auto& i) { i.entries[2].payload.length = ~std::uint64_t{0}; }, "outside the payload area"},
+        {[&](auto& i) { i.entries[0].payload.offset += 1; }, "outside the payload area"},
+        {[&](auto& i) { i.entries[1].payload.offset = i.entries[0].payload.offset; }, "overlap"},
+        {[&](auto& i) { i.sections[0].payload = i.entries[3].payload; }, "overlap"},
+    };
+    for (const auto& [edit, text] : cases) {
+        ruda::test::write_bytes(path, whole);
+        ruda::test::rewrite(path, edit);
+        expect_error(path, errc::malformed_record, text);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(impossible_counts_dtypes_ranks_and_names_are_refused)
+{
+    const temp_dir dir;
+    const auto path = saved_sample(dir);
+    const auto whole = ruda::test::read_bytes(path);
+    const auto header_offset = ruda::test::le64(whole, 24);
+    // Raw header edits with the checksums recomputed: the decoder sees exactly these bytes.
+    const auto with_header = [&](const std::function<void(std::vector<std::uint8_t>&)>& edit) {
+        std::vector<std::uint8_t> header(whole.begin() + static_cast<std::ptrdiff_t>(header_offset),
+                                         whole.end() - 32);
+        edit(header);
+        ruda::detail::frame f;
+        f.producer = {RUDA_VERSION_MAJOR, RUDA_VERSION_MINOR, RUDA_VERSION_PATCH};
+        f.header_offset = header_offset;
+        f.header_length = header.size();
+        f.header_checksum = ruda::detail::checksum(header);
+        f.file_length = header_offset + header.size() + 32;
+        std::vector<std::uint8_t> out(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(header_offset));
+        const auto preamble = ruda::detail::encode_preamble(f);
+        std::copy(preamble.begin(), preamble.end(), out.begin());
+        out.insert(out.end(), header.begin(), header.end());
+        const auto trailer = ruda::detail::encode_trailer(f);
+        out.insert(out.end(), trailer.begin(), trailer.end());
+        ruda::test::write_bytes(path, out);
+    };
+    const auto set64 = [](std::vector<std::uint8_t>& b, std::size_t at, std::uint64_t v) {
+        for (std::size_t i = 0; i < 8; ++i) {
+            b[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
+        }
+    };
+    with_header([&](auto& h) { set64(h, 0, std::uint64_t{1} << 60U); });
+    expect_error(path, errc::malformed_record, "claims 1152921504606846976 entries");
+    with_header([&](auto& h) { set64(h, 8, 1000000); });
+    expect_error(path, errc::malformed_record, "1000000 sections");
+    with_header([](auto& h) { h[16 + 8] = 99; }); // the first entry's dtype kind
+    expect_error(path, errc::malformed_record, "parameter 1) has an invalid dtype");
+    with_header([](auto& h) { h[16 + 8 + 24 + 23] = 1; }); // its stored dtype's padding
+    expect_error(path, errc::malformed_record, "invalid dtype");
+    with_header([](auto& h) { h[16 + 8 + 48] = 65; }); // its rank
+    expect_error(path, errc::malformed_record, "invalid rank 65");
+    with_header([](auto& h) { h.push_back(0); });
+    expect_error(path, errc::malformed_record, "header is too long");
+    with_header([](auto& h) { h.resize(h.size() - 3); });
+    expect_error(path, errc::malformed_record, "header is truncated");
+
+    ruda::test::write_bytes(path, whole);
+    ruda::test::rewrite(path, [](auto& i) { i.sections[1].name = i.sections[0].name; });
+    expect_error(path, errc::malformed_record, "two sections named step");
+    ruda::test::write_bytes(path, whole);
+    ruda::test::rewrite(path, [](auto& i) { i.sections[1].name = std::string(256, 'n'); });
+    expect_error(path, errc::malformed_record, "name of invalid length 256");
+}
+
+BOOST_AUTO_TEST_CASE(a_sound_frame_with_an_invalid_record_fails_restore_validation)
+{
+    const temp_dir dir;
+    const auto path = saved_sample(dir);
+    const auto whole = ruda::test::read_bytes(path);
+    ruda::test::rewrite(path, [](auto& i) { i.entries[1].id = i.entries[0].id; });
+    expect_error(path, errc::duplicate_param_id, "Duplicate gradient parameter ID 1");
+    ruda::test::write_bytes(path, whole);
+    ruda::test::rewrite(path, [](auto& i) { i.entries[0].shape = {2, 4}; }); // 48 bytes, not 64
+    expect_error(path, errc::byte_count_mismatch,
+                 "Invalid gradient byte count for parameter 1: expected 64, got 48");
+    ruda::test::write_bytes(path, whole);
+    ruda::test::rewrite(path, [](auto& i) { i.entries[0].stored = ruda::dtype::i32(); });
+    expect_error(path, errc::invalid_dtype, "Invalid gradient dtype for parameter 1");
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_write_leaves_the_previous_file_and_no_temporary)
+{
+    const temp_dir dir;
+    const auto path = dir / "c.ruda";
+    BOOST_REQUIRE(ruda::save_checkpoint_file(path, ruda::checkpoint{}));
+    const auto previous = ruda::test::read_bytes(path);
+
+    // Count the operations of one save, then fail each of them in turn.
+    faulty_ops counting;
+    BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "count.ruda", sample_checkpoint(), counting));
+    const int operations = counting.calls;
+    BOOST_TEST(operations >= 7); // create, writes, pwrite, fsync, close, rename, directory fsync
+    for (int k = 1; k <= operations; ++k) {
+        BOOST_TEST_CONTEXT("failing operation " << k)
+        {
+            faulty_ops ops;
+            ops.fail_at = k;
+            const auto saved = ruda::save_checkpoint_file(path, sample_checkpoint(), ops);
+            BOOST_REQUIRE(!saved);
+            BOOST_TEST(saved.error() == errc::io_error);
+            BOOST_TEST(saved.error().message().find("Saving " + path.string()) == 0U);
+            BOOST_TEST(!std::filesystem::exists(dir / "c.ruda.tmp"));
+            if (k < operations) { // before the rename: the previous file is untouched
+                BOOST_TEST(ruda::test::read_bytes(path) == previous);
+            } else { // the directory fsync failed after the rename: the new file is whole
+                BOOST_CHECK(ruda::load_checkpoint_file(path));
+                ruda::test::write_bytes(path, previous);
+            }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(short_writes_still_produce_the_whole_file)
+{
+    const temp_dir dir;
+    faulty_ops ops;
+    ops.chunk = 7;
+    const auto original = sample_checkpoint();
+    BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "c.ruda", original, ops));
+    const auto loaded = ruda::load_checkpoint_file(dir / "c.ruda");
+    BOOST_REQUIRE(loaded);
+    BOOST_TEST((loaded.value() == original));
+}
+
+BOOST_AUTO_TEST_CASE(large_payloads_stream_past_the_buffer)
+{
+    const temp_dir dir;
+    std::vector<ruda::gradient_entry> entries;
+    for (std::uint64_t id = 0; id < 3; ++id) {
+        const std::size_t n = (std::size_t{3} << 20U) / 4 + id; // over the 1 MiB buffer
+        entries.push_back({id, ruda::dtype::f32(), ruda::test::patterned(n * 4, {n}, ruda::dtype::f32())});
+    }
+    for (std::uint64_t id = 3; id < 2000; ++id) { // and many that share it
+        entries.push_back({id, ruda::dtype::f16(), ruda::test::patterned(2 * 3, {3}, ruda::dtype::f16())});
+    }
+    const ruda::checkpoint original{ruda::gradients_params_record{std::move(entries)}};
+    BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "big.ruda", original));
+    const auto loaded = ruda::load_checkpoint_file(dir / "big.ruda");
+    BOOST_REQUIRE(loaded);
+    BOOST_TEST((loaded.value() == original));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,138 @@
+// Helpers for the checkpoint tests: a temporary directory, file bytes, sample contents, and
+// rewriting a checkpoint's header with valid checksums, so a test reaches the checks that
+// come after the checksums.
+#pragma once
+
+#include <ruda/checkpoint/checkpoint_file.hpp>
+#include <ruda/checkpoint/detail/frame.hpp>
+#include <ruda/version.hpp>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace ruda::test {
+
+/// A fresh directory under the system's temporary directory, removed with its contents.
+class temp_dir {
+public:
+    temp_dir()
+    {
+        std::string pattern = (std::filesystem::temp_directory_path() / "ruda-test-XXXXXX").string();
+        path_ = ::mkdtemp(pattern.data()) != nullptr ? pattern : "";
+    }
+    ~temp_dir()
+    {
+        std::error_code ignored;
+        std::filesystem::remove_all(path_, ignored);
+    }
+    temp_dir(const temp_dir&) = delete;
+    temp_dir& operator=(const temp_dir&) = delete;
+    [[nodiscard]] const std::filesystem::path& path() const { return path_; }
+    [[nodiscard]] std::filesystem::path operator/(const std::string& name) const
+    {
+        return path_ / name;
+    }
+
+private:
+    std::filesystem::path path_;
+};
+
+inline std::vector<std::uint8_t> read_bytes(const std::filesystem::path& path)
+{
+    std::ifstream in{path, std::ios::binary};
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+inline void write_bytes(const std::filesystem::path& path, const std::vector<std::uint8_t>& bytes)
+{
+    std::ofstream out{path, std::ios::binary | std::ios::trunc};
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+inline std::uint64_t le64(const std::vector<std::uint8_t>& bytes, std::size_t at)
+{
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < 8; ++i) {
+        v |= static_cast<std::uint64_t>(bytes[at + i]) << (8 * i);
+    }
+    return v;
+}
+
+inline tensor_data patterned(std::size_t n, shape dims, dtype type)
+{
+    std::vector<std::uint8_t> bytes;
+    bytes.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        bytes.push_back(static_cast<std::uint8_t>(i * 131 + 7));
+    }
+    return {std::move(bytes), std::move(dims), type};
+}
+
+inline dtype quantized(quant_value value, quant_param param, quant_store store,
+                       quant_level level = quant_level::tensor())
+{
+    return dtype::qfloat({value, param, store, level, quant_mode::symmetric});
+}
+
+/// A record that passes restore validation: every float dtype (NaN payloads, infinities,
+/// subnormals, signed zeros by way of patterned bytes), empty and rank-0 tensors, and
+/// quantized layouts of every store and level.
+inline gradients_params_record valid_sample()
+{
+    std::vector<gradient_entry> e;
+    std::uint64_t id = 1;
+    for (const dtype type : {dtype::f64(), dtype::f32(), dtype::flex32(), dtype::f16(), dtype::bf16()}) {
+        e.push_back({id++, type, patterned(6 * type.size(), {2, 3}, type)});
+    }
+    e.push_back({id++, dtype::f32(), tensor_data{{}, {0}, dtype::f32()}});
+    e.push_back({id++, dtype::f16(), tensor_data{{}, {3, 0, 2}, dtype::f16()}});
+    e.push_back({id++, dtype::f64(), patterned(8, {}, dtype::f64())});
+    e.push_back({id++, dtype::bf16(), patterned(3 * 4, {3, 2}, dtype::f16())}); // stored narrower
+    const auto q8 = quantized(quant_value::q8s, quant_param::f32, quant_store::native());
+    e.push_back({id++, q8, patterned(32 + 4, {4, 8}, q8)});
+    const auto q4 = quantized(quant_value::q4f, quant_param::f32, quant_store::packed_u32(0));
+    e.push_back({id++, q4, patterned(3 * 4 + 4, {3, 3}, q4)}); // 3 words: div_ceil per row
+    const auto fp4 = quantized(quant_value::e2m1, quant_param::ue8m0, quant_store::packed_native(0));
+    e.push_back({id++, fp4, patterned(16 + 1, {4, 8}, fp4)});
+    const auto blocked = quantized(quant_value::q8f, quant_param::f16, quant_store::native(),
+                                   quant_level::block(block_size{2, 4}));
+    e.push_back({id++, blocked, patterned(32 + 4 * 2, {4, 8}, blocked)});
+    e.push_back({~std::uint64_t{0}, dtype::f32(), patterned(4, {1}, dtype::f32())});
+    return gradients_params_record{std::move(e)};
+}
+
+/// Rewrites the checkpoint at `path` with its index changed by `edit_index` and its frame by
+/// `edit_frame`, recomputing every frame checksum, so that only the edited facts are wrong.
+inline void rewrite(const std::filesystem::path& path,
+                    const std::function<void(checkpoint_index&)>& edit_index,
+                    const std::function<void(detail::frame&)>& edit_frame = {})
+{
+    const auto bytes = read_bytes(path);
+    auto index = checkpoint_reader::open(path).value().index();
+    edit_index(index);
+    const auto header = detail::encode_header(index);
+    detail::frame f;
+    f.producer = {RUDA_VERSION_MAJOR, RUDA_VERSION_MINOR, RUDA_VERSION_PATCH};
+    f.header_offset = le64(bytes, 24);
+    f.header_length = header.size();
+    f.header_checksum = detail::checksum(header);
+    f.file_length = f.header_offset + header.size() + detail::trailer_size;
+    if (edit_frame) {
+        edit_frame(f);
+    }
+    std::vector<std::uint8_t> out(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(le64(bytes, 24)));
+    const auto preamble = detail::encode_preamble(f);
+    std::copy(preamble.begin(), preamble.end(), out.begin());
+    out.insert(out.end(), header.begin(), header.end());
+    const auto trailer = detail::encode_trailer(f);
+    out.insert(out.end(), trailer.begin(), trailer.end());
+    write_bytes(path, out);
+}
+
+} // namespace ruda::test
