@@ -38,6 +38,35 @@ boost::asio::awaitable<void> run_snapshot(boost::asio::awaitable<result<gradient
     }
 }
 
+struct initiate_snapshot {
+    template <class Handler>
+    void operator()(Handler handler,
+                    boost::asio::awaitable<result<gradients_params_record>> op) const
+    {
+        const auto executor =
+            boost::asio::get_associated_executor(handler, boost::asio::system_executor{});
+        auto slot = boost::asio::get_associated_cancellation_slot(handler);
+        auto state = std::make_shared<snapshot_state<Handler>>(std::move(handler));
+        auto finish = [state](std::exception_ptr failure) {
+            if (failure) {
+                state->value.emplace(error_from_exception(failure, "async_snapshot"));
+            }
+            std::move(state->handler)(std::move(*state->value));
+        };
+        boost::asio::co_spawn(executor, run_snapshot(std::move(op), state),
+                              boost::asio::bind_cancellation_slot(slot, std::move(finish)));
+    }
+};
+
+/// Runs an already created snapshot (`to_record_async`) for any completion token.
+template <class CompletionToken>
+auto async_run_snapshot(boost::asio::awaitable<result<gradients_params_record>> op,
+                        CompletionToken&& token)
+{
+    return boost::asio::async_initiate<CompletionToken, void(result<gradients_params_record>)>(
+        initiate_snapshot{}, token, std::move(op));
+}
+
 } // namespace detail
 
 /// Snapshots `grads` like `to_record_async<B>(options)` (the handles are captured by this
@@ -51,24 +80,8 @@ template <backend B, class CompletionToken>
 auto async_snapshot(const gradients_params& grads, snapshot_options options,
                     CompletionToken&& token)
 {
-    return boost::asio::async_initiate<CompletionToken, void(result<gradients_params_record>)>(
-        [](auto handler, boost::asio::awaitable<result<gradients_params_record>> op) {
-            using handler_type = decltype(handler);
-            const auto executor =
-                boost::asio::get_associated_executor(handler, boost::asio::system_executor{});
-            auto slot = boost::asio::get_associated_cancellation_slot(handler);
-            auto state = std::make_shared<detail::snapshot_state<handler_type>>(std::move(handler));
-            auto finish = [state](std::exception_ptr failure) {
-                if (failure) {
-                    state->value.emplace(error_from_exception(failure, "async_snapshot"));
-                }
-                std::move(state->handler)(std::move(*state->value));
-            };
-            boost::asio::co_spawn(executor,
-                                  detail::run_snapshot(std::move(op), state),
-                                  boost::asio::bind_cancellation_slot(slot, std::move(finish)));
-        },
-        token, grads.to_record_async<B>(std::move(options)));
+    return detail::async_run_snapshot(grads.to_record_async<B>(std::move(options)),
+                                      std::forward<CompletionToken>(token));
 }
 
 } // namespace ruda

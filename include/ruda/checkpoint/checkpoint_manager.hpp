@@ -1,0 +1,195 @@
+// A directory of step-numbered checkpoints: durable saves, a "latest" pointer moved only once
+// the new checkpoint is on disk, keep-last-N retention, stale temporary files removed, and an
+// asynchronous save in two completions: staged (in host memory) and durable (on disk).
+#pragma once
+
+#include <ruda/checkpoint/checkpoint.hpp>
+#include <ruda/checkpoint/checkpoint_file.hpp>
+#include <ruda/checkpoint/file_ops.hpp>
+#include <ruda/error.hpp>
+#include <ruda/optim/async_snapshot.hpp>
+#include <ruda/optim/gradients_params.hpp>
+#include <ruda/runtime/detail/post_completion.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/system_executor.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace ruda {
+
+/// A checkpoint that is on disk.
+struct saved_checkpoint {
+    std::uint64_t step = 0;
+    std::filesystem::path path;
+    std::uint64_t bytes = 0;
+    /// Old checkpoints or stale temporary files that could not be removed; the save itself
+    /// succeeded and "latest" points to it.
+    std::optional<error> cleanup_failure;
+};
+
+namespace detail {
+
+// The durable completion of one asynchronous save, shared by its waiters and the writer.
+class save_state {
+public:
+    using handler_type = boost::asio::any_completion_handler<void(result<saved_checkpoint>)>;
+
+    void complete(result<saved_checkpoint> outcome);
+    /// `work` is the handler's associated executor (from `track_work`).
+    void add_waiter(boost::asio::any_io_executor work, handler_type handler);
+    [[nodiscard]] bool done() const;
+    [[nodiscard]] result<saved_checkpoint> wait() const;
+
+private:
+    struct waiter {
+        waiter(boost::asio::any_io_executor w, handler_type h)
+            : work(std::move(w)), handler(std::move(h))
+        {
+        }
+        boost::asio::any_io_executor work;
+        handler_type handler;
+    };
+    mutable std::mutex mutex_;
+    mutable std::condition_variable done_cv_;
+    std::optional<result<saved_checkpoint>> outcome_;
+    std::list<waiter> waiters_; // a list: any_completion_handler must never be move-assigned
+};
+
+} // namespace detail
+
+/// A save that is staged: its data is in host memory that training no longer touches, and
+/// the write is queued on the manager's writer thread. Copies share one save.
+class pending_save {
+public:
+    explicit pending_save(std::shared_ptr<detail::save_state> state) : state_(std::move(state)) {}
+
+    /// Completes with `void(result<saved_checkpoint>)` once the checkpoint is durable (or the
+    /// save failed), through the token's associated executor.
+    template <class CompletionToken>
+    auto async_wait(CompletionToken&& token) const
+    {
+        return boost::asio::async_initiate<CompletionToken, void(result<saved_checkpoint>)>(
+            [](auto handler, std::shared_ptr<detail::save_state> state) {
+                auto work = detail::track_work(
+                    boost::asio::get_associated_executor(handler, boost::asio::system_executor{}));
+                state->add_waiter(std::move(work),
+                                  detail::save_state::handler_type{std::move(handler)});
+            },
+            token, state_);
+    }
+    /// Whether the save has finished, successfully or not.
+    [[nodiscard]] bool done() const { return state_->done(); }
+    /// Blocks until the save has finished. Never call it on the thread of an executor that
+    /// the save itself needs (none: the write runs on the manager's own thread).
+    [[nodiscard]] result<saved_checkpoint> wait() const { return state_->wait(); }
+
+private:
+    std::shared_ptr<detail::save_state> state_;
+};
+
+struct checkpoint_manager_options {
+    /// Checkpoints kept: the latest and the newest `keep_last - 1` others (at least 1 in all).
+    std::size_t keep_last = 3;
+    /// The file operations; `posix_file_ops()` when null. Tests inject failures here.
+    file_ops* ops = nullptr;
+};
+
+/// Manages `directory`: `step-<20 digits>.ruda` files, a `latest` file naming the newest
+/// durable one, and `*.tmp` files of writes in progress. One manager per directory.
+///
+///     ruda::checkpoint_manager manager{"checkpoints", {.keep_last = 5}};
+///     auto pending = co_await manager.async_save<B>(step, grads, std::move(state), {},
+///                                                   boost::asio::use_awaitable);   // staged
+///     auto saved = co_await pending.value().async_wait(boost::asio::use_awaitable); // durable
+class checkpoint_manager {
+public:
+    explicit checkpoint_manager(std::filesystem::path directory,
+                                checkpoint_manager_options options = {});
+    checkpoint_manager(const checkpoint_manager&) = delete;
+    checkpoint_manager& operator=(const checkpoint_manager&) = delete;
+    /// Waits for the saves still queued.
+    ~checkpoint_manager();
+
+    [[nodiscard]] const std::filesystem::path& directory() const noexcept { return directory_; }
+    [[nodiscard]] std::filesystem::path path_of(std::uint64_t step) const;
+
+    /// Saves `contents` as `step`, durably; then moves "latest" to it, applies retention and
+    /// removes stale temporary files. A failure leaves the previous checkpoints and "latest"
+    /// as they were.
+    [[nodiscard]] result<saved_checkpoint> save(std::uint64_t step, const checkpoint& contents);
+
+    /// Snapshots `grads` (handles captured by this call, like `to_record_async<B>`) into
+    /// `state`'s gradients and completes the token with `void(result<pending_save>)` once the
+    /// record is in host memory (staged); the write then runs on the manager's writer thread.
+    /// `state`'s sections are taken as they are now. The manager must outlive the save.
+    template <backend B, class CompletionToken>
+    auto async_save(std::uint64_t step, const gradients_params& grads, checkpoint state,
+                    snapshot_options options, CompletionToken&& token);
+
+    /// The checkpoint of `step`, verified and validated (see `checkpoint_reader`).
+    [[nodiscard]] result<checkpoint> load(std::uint64_t step,
+                                          const checkpoint_load_options& options = {}) const;
+    /// The checkpoint "latest" names; `errc::io_error` when there is none yet.
+    [[nodiscard]] result<checkpoint> load_latest(const checkpoint_load_options& options = {}) const;
+    /// The step "latest" names, or nothing when no checkpoint was saved yet.
+    [[nodiscard]] result<std::optional<std::uint64_t>> latest_step() const;
+    /// Steps of the checkpoint files present, ascending.
+    [[nodiscard]] std::vector<std::uint64_t> steps() const;
+
+private:
+    pending_save queue_write(std::uint64_t step, checkpoint contents);
+    std::optional<error> after_save(std::uint64_t step);
+
+    std::filesystem::path directory_;
+    checkpoint_manager_options options_;
+    file_ops& ops_;
+    std::mutex save_mutex_; // one save at a time, synchronous or queued
+    boost::asio::thread_pool writer_{1};
+};
+
+template <backend B, class CompletionToken>
+auto checkpoint_manager::async_save(std::uint64_t step, const gradients_params& grads,
+                                    checkpoint state, snapshot_options options,
+                                    CompletionToken&& token)
+{
+    return boost::asio::async_initiate<CompletionToken, void(result<pending_save>)>(
+        [this](auto handler, boost::asio::awaitable<result<gradients_params_record>> snapshot,
+               std::uint64_t at, checkpoint contents) {
+            const auto executor =
+                boost::asio::get_associated_executor(handler, boost::asio::system_executor{});
+            auto slot = boost::asio::get_associated_cancellation_slot(handler);
+            auto staged = [this, at, contents = std::move(contents),
+                           handler = std::move(handler)](
+                              result<gradients_params_record> record) mutable {
+                if (!record) {
+                    std::move(handler)(result<pending_save>{std::move(record).error()});
+                    return;
+                }
+                contents.set_gradients(std::move(record).value());
+                std::move(handler)(result<pending_save>{queue_write(at, std::move(contents))});
+            };
+            detail::async_run_snapshot(
+                std::move(snapshot),
+                boost::asio::bind_cancellation_slot(
+                    slot, boost::asio::bind_executor(executor, std::move(staged))));
+        },
+        token, grads.to_record_async<B>(std::move(options)), step, std::move(state));
+}
+
+} // namespace ruda

@@ -1,0 +1,215 @@
+// The checkpoint directory: the commit order is checkpoint file (durable), then "latest"
+// (durable), then retention and removal of stale temporary files, so a failure at any point
+// leaves the previous latest checkpoint in place and loadable.
+#include <ruda/checkpoint/checkpoint_manager.hpp>
+#include <ruda/checkpoint/detail/durable_writer.hpp>
+
+#include <boost/asio/post.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <system_error>
+
+namespace ruda {
+namespace detail {
+
+void save_state::complete(result<saved_checkpoint> outcome)
+{
+    std::list<waiter> to_call;
+    {
+        const std::lock_guard lock{mutex_};
+        outcome_.emplace(std::move(outcome));
+        to_call.splice(to_call.end(), waiters_);
+    }
+    done_cv_.notify_all();
+    for (waiter& w : to_call) {
+        post_completion(std::move(w.work), std::move(w.handler), *outcome_);
+    }
+}
+
+void save_state::add_waiter(boost::asio::any_io_executor work, handler_type handler)
+{
+    std::unique_lock lock{mutex_};
+    if (!outcome_) {
+        waiters_.emplace_back(std::move(work), std::move(handler));
+        return;
+    }
+    lock.unlock();
+    post_completion(std::move(work), std::move(handler), *outcome_);
+}
+
+bool save_state::done() const
+{
+    const std::lock_guard lock{mutex_};
+    return outcome_.has_value();
+}
+
+result<saved_checkpoint> save_state::wait() const
+{
+    std::unique_lock lock{mutex_};
+    done_cv_.wait(lock, [this] { return outcome_.has_value(); });
+    return *outcome_;
+}
+
+} // namespace detail
+
+namespace {
+
+constexpr std::string_view file_prefix = "step-";
+constexpr std::string_view file_suffix = ".ruda";
+constexpr std::string_view latest_name = "latest";
+
+std::string file_name(std::uint64_t step)
+{
+    char name[64];
+    std::snprintf(name, sizeof name, "step-%020llu.ruda", static_cast<unsigned long long>(step));
+    return name;
+}
+
+// The step of a checkpoint file name, or nothing for any other name.
+std::optional<std::uint64_t> step_of(std::string_view name)
+{
+    if (name.size() != file_prefix.size() + 20 + file_suffix.size() ||
+        !name.starts_with(file_prefix) || !name.ends_with(file_suffix)) {
+        return std::nullopt;
+    }
+    const auto digits = name.substr(file_prefix.size(), 20);
+    std::uint64_t step = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+    if (ec != std::errc{} || end != digits.data() + digits.size()) {
+        return std::nullopt;
+    }
+    return step;
+}
+
+} // namespace
+
+checkpoint_manager::checkpoint_manager(std::filesystem::path directory,
+                                       checkpoint_manager_options options)
+    : directory_(std::move(directory)), options_(options),
+      ops_(options.ops != nullptr ? *options.ops : posix_file_ops())
+{
+}
+
+checkpoint_manager::~checkpoint_manager() { writer_.join(); }
+
+std::filesystem::path checkpoint_manager::path_of(std::uint64_t step) const
+{
+    return directory_ / file_name(step);
+}
+
+result<saved_checkpoint> checkpoint_manager::save(std::uint64_t step, const checkpoint& contents)
+{
+    const std::lock_guard lock{save_mutex_};
+    std::error_code ec;
+    std::filesystem::create_directories(directory_, ec);
+    if (ec) {
+        return error{errc::io_error, "Creating " + directory_.string() + ": " + ec.message()};
+    }
+    saved_checkpoint saved{step, path_of(step), 0, std::nullopt};
+    BOOST_OUTCOME_TRY(saved.bytes, save_checkpoint_file(saved.path, contents, ops_));
+
+    // "latest" moves only now that the checkpoint is durable.
+    const std::string pointer = file_name(step) + "\n";
+    BOOST_OUTCOME_TRY(auto latest, detail::durable_writer::create(directory_ / latest_name, ops_));
+    BOOST_OUTCOME_TRY(latest->write({reinterpret_cast<const std::uint8_t*>(pointer.data()),
+                                     pointer.size()}));
+    BOOST_OUTCOME_TRY(latest->commit());
+    saved.cleanup_failure = after_save(step);
+    return saved;
+}
+
+// Retention and stale temporary files; the save has succeeded whatever happens here.
+std::optional<error> checkpoint_manager::after_save(std::uint64_t step)
+{
+    std::optional<error> failure;
+    const auto note = [&failure](result<void> r) {
+        if (!r && !failure) {
+            failure = r.error();
+        }
+    };
+    // The latest (`step`) and the newest keep_last - 1 others stay.
+    auto others = steps();
+    std::erase(others, step);
+    const std::size_t keep_others = std::max<std::size_t>(options_.keep_last, 1) - 1;
+    if (others.size() > keep_others) {
+        others.resize(others.size() - keep_others);
+        for (const std::uint64_t old : others) {
+            note(ops_.remove(path_of(old)));
+        }
+    }
+    std::error_code ec;
+    for (const auto& item : std::filesystem::directory_iterator(directory_, ec)) {
+        if (item.path().extension() == ".tmp") {
+            note(ops_.remove(item.path())); // no write of ours is in progress: it is stale
+        }
+    }
+    if (ec && !failure) {
+        failure = error{errc::io_error, "Listing " + directory_.string() + ": " + ec.message()};
+    }
+    return failure;
+}
+
+pending_save checkpoint_manager::queue_write(std::uint64_t step, checkpoint contents)
+{
+    auto state = std::make_shared<detail::save_state>();
+    boost::asio::post(writer_, [this, state, step, contents = std::move(contents)] {
+        state->complete(save(step, contents));
+    });
+    return pending_save{state};
+}
+
+result<checkpoint> checkpoint_manager::load(std::uint64_t step,
+                                            const checkpoint_load_options& options) const
+{
+    return load_checkpoint_file(path_of(step), options);
+}
+
+result<std::optional<std::uint64_t>> checkpoint_manager::latest_step() const
+{
+    const auto path = directory_ / latest_name;
+    std::ifstream in{path};
+    if (!in) {
+        std::error_code ec;
+        if (!std::filesystem::exists(path, ec) && !ec) {
+            return std::optional<std::uint64_t>{};
+        }
+        return error{errc::io_error, "Reading " + path.string() + ": cannot open"};
+    }
+    std::string line;
+    std::getline(in, line, '\n');
+    const auto step = step_of(line);
+    if (!step) {
+        return error{errc::malformed_record,
+                     path.string() + " does not name a checkpoint file: \"" + line.substr(0, 64) + "\""};
+    }
+    return step;
+}
+
+result<checkpoint> checkpoint_manager::load_latest(const checkpoint_load_options& options) const
+{
+    BOOST_OUTCOME_TRY(const auto step, latest_step());
+    if (!step) {
+        return error{errc::io_error, "No checkpoint in " + directory_.string() + " yet"};
+    }
+    return load(*step, options);
+}
+
+std::vector<std::uint64_t> checkpoint_manager::steps() const
+{
+    std::vector<std::uint64_t> found;
+    std::error_code ec;
+    for (const auto& item : std::filesystem::directory_iterator(directory_, ec)) {
+        if (const auto step = step_of(item.path().filename().string())) {
+            found.push_back(*step);
+        }
+    }
+    std::sort(found.begin(), found.end());
+    return found;
+}
+
+} // namespace ruda

@@ -1,0 +1,374 @@
+// checkpoint_manager: step-numbered files, keep-last-N retention that never drops the latest,
+// a "latest" pointer moved only after the checkpoint is durable, stale temporary files
+// removed, a process dying between any two write steps leaving a loadable checkpoint, and the
+// asynchronous save's two completions (staged, then durable).
+#include "../support/async_test.hpp"
+#include "checkpoint_test_support.hpp"
+
+#include <ruda/backend/async_backend.hpp>
+#include <ruda/checkpoint/checkpoint_manager.hpp>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+
+namespace {
+
+using namespace std::chrono_literals;
+using ruda::errc;
+using ruda::test::temp_dir;
+using gpu = ruda::async_backend;
+
+ruda::checkpoint contents_of(std::uint64_t step)
+{
+    std::vector<ruda::gradient_entry> entries;
+    for (std::uint64_t id = 1; id <= 3; ++id) {
+        std::vector<float> values(16, static_cast<float>(step * 10 + id));
+        entries.push_back({id, ruda::dtype::f32(),
+                           ruda::tensor_data::from_values(std::move(values), {4, 4}).value()});
+    }
+    ruda::checkpoint c{ruda::gradients_params_record{std::move(entries)}};
+    c.put("step", step).value();
+    return c;
+}
+
+std::uint64_t step_in(const ruda::checkpoint& c)
+{
+    std::uint64_t step = 0;
+    c.get("step", step).value();
+    return step;
+}
+
+// Counts the file operations of a save and, when told to, fails one or blocks fsync.
+class counting_ops : public ruda::file_ops {
+public:
+    int calls = 0;
+    int fail_at = 0;
+    bool exit_instead = false; // die (like a killed process) instead of failing
+
+    ruda::result<int> create(const std::filesystem::path& p) override
+    {
+        BOOST_OUTCOME_TRY(step());
+        return ruda::file_ops::create(p);
+    }
+    ruda::result<std::size_t> write(int fd, const void* d, std::size_t n) override
+    {
+        BOOST_OUTCOME_TRY(step());
+        return ruda::file_ops::write(fd, d, n);
+    }
+    ruda::result<void> pwrite(int fd, const void* d, std::size_t n, std::uint64_t at) override
+    {
+        BOOST_OUTCOME_TRY(step());
+        return ruda::file_ops::pwrite(fd, d, n, at);
+    }
+    ruda::result<void> fsync(int fd) override
+    {
+        BOOST_OUTCOME_TRY(step());
+        std::unique_lock lock{mutex_};
+        released_cv_.wait(lock, [this] { return released_; });
+        return ruda::file_ops::fsync(fd);
+    }
+    ruda::result<void> close(int fd) override
+    {
+        BOOST_OUTCOME_TRY(step());
+        return ruda::file_ops::close(fd);
+    }
+    ruda::result<void> rename(const std::filesystem::path& a, const std::filesystem::path& b) override
+    {
+        BOOST_OUTCOME_TRY(step());
+        return ruda::file_ops::rename(a, b);
+    }
+    ruda::result<void> sync_directory(const std::filesystem::path& d) override
+    {
+        BOOST_OUTCOME_TRY(step());
+        return ruda::file_ops::sync_directory(d);
+    }
+
+    /// fsync waits until `release()` once this is called.
+    void hold_fsync()
+    {
+        const std::lock_guard lock{mutex_};
+        released_ = false;
+    }
+    void release()
+    {
+        {
+            const std::lock_guard lock{mutex_};
+            released_ = true;
+        }
+        released_cv_.notify_all();
+    }
+
+private:
+    ruda::result<void> step()
+    {
+        if (++calls != fail_at) {
+            return ruda::success();
+        }
+        if (exit_instead) {
+            std::_Exit(0);
+        }
+        return ruda::error{errc::io_error, "injected failure"};
+    }
+    std::mutex mutex_;
+    std::condition_variable released_cv_;
+    bool released_ = true;
+};
+
+int operations_of_one_save()
+{
+    const temp_dir dir;
+    counting_ops ops;
+    ruda::checkpoint_manager manager{dir.path(), {.ops = &ops}};
+    manager.save(1, contents_of(1)).value();
+    return ops.calls;
+}
+
+std::vector<std::string> tmp_files(const std::filesystem::path& dir)
+{
+    std::vector<std::string> found;
+    for (const auto& item : std::filesystem::directory_iterator(dir)) {
+        if (item.path().extension() == ".tmp") {
+            found.push_back(item.path().filename().string());
+        }
+    }
+    return found;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(checkpoint_manager)
+
+BOOST_AUTO_TEST_CASE(saves_keep_the_last_n_and_move_latest)
+{
+    const temp_dir dir;
+    ruda::checkpoint_manager manager{dir / "run", {.keep_last = 3}};
+    BOOST_TEST(!manager.latest_step().value().has_value());
+    const auto none = manager.load_latest();
+    BOOST_TEST(none.error() == errc::io_error);
+    BOOST_TEST(none.error().message().find("No checkpoint in") == 0U);
+
+    for (std::uint64_t step = 1; step <= 6; ++step) {
+        const auto saved = manager.save(step, contents_of(step));
+        BOOST_REQUIRE(saved);
+        BOOST_TEST(saved.value().path == manager.path_of(step));
+        BOOST_TEST(saved.value().bytes == std::filesystem::file_size(saved.value().path));
+        BOOST_TEST(!saved.value().cleanup_failure.has_value());
+        BOOST_TEST((manager.latest_step().value() == std::optional<std::uint64_t>{step}));
+    }
+    BOOST_TEST(manager.steps() == (std::vector<std::uint64_t>{4, 5, 6}));
+    BOOST_TEST(manager.path_of(6).filename() == "step-00000000000000000006.ruda");
+    BOOST_TEST((manager.load_latest().value() == contents_of(6)));
+    BOOST_TEST(step_in(manager.load(5).value()) == 5U);
+    BOOST_TEST(manager.load(1).error() == errc::io_error);
+
+    // Going back to an older step: it becomes latest and is kept, with the newest others.
+    BOOST_REQUIRE(manager.save(2, contents_of(2)));
+    BOOST_TEST((manager.latest_step().value() == std::optional<std::uint64_t>{2}));
+    BOOST_TEST(manager.steps() == (std::vector<std::uint64_t>{2, 5, 6}));
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_latest_pointer_is_an_error)
+{
+    const temp_dir dir;
+    ruda::checkpoint_manager manager{dir.path()};
+    BOOST_REQUIRE(manager.save(7, contents_of(7)));
+    ruda::test::write_bytes(dir / "latest", {'s', 't', 'e', 'p', '-', '9', '\n'});
+    const auto latest = manager.latest_step();
+    BOOST_TEST(latest.error() == errc::malformed_record);
+    BOOST_TEST(manager.load_latest().error() == errc::malformed_record);
+}
+
+BOOST_AUTO_TEST_CASE(the_next_save_removes_stale_temporary_files)
+{
+    const temp_dir dir;
+    ruda::checkpoint_manager manager{dir.path()};
+    BOOST_REQUIRE(manager.save(1, contents_of(1)));
+    ruda::test::write_bytes(dir / "step-00000000000000000002.ruda.tmp", {1, 2, 3});
+    ruda::test::write_bytes(dir / "latest.tmp", {'x'});
+    BOOST_TEST(tmp_files(dir.path()).size() == 2U);
+    BOOST_TEST(manager.steps() == (std::vector<std::uint64_t>{1})); // a temp is no checkpoint
+    BOOST_REQUIRE(manager.save(3, contents_of(3)));
+    BOOST_TEST(tmp_files(dir.path()).empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_save_leaves_latest_on_the_previous_checkpoint)
+{
+    const int operations = operations_of_one_save();
+    // The last six are the "latest" pointer's create, write, fsync, close, rename, dir fsync.
+    const int latest_renamed = operations - 1;
+    for (int k = 1; k <= operations; ++k) {
+        BOOST_TEST_CONTEXT("failing operation " << k << " of " << operations)
+        {
+            const temp_dir dir;
+            counting_ops ops;
+            ruda::checkpoint_manager manager{dir.path(), {.ops = &ops}};
+            BOOST_REQUIRE(manager.save(1, contents_of(1)));
+            ops.calls = 0;
+            ops.fail_at = k;
+            const auto saved = manager.save(2, contents_of(2));
+            BOOST_REQUIRE(!saved);
+            BOOST_TEST(saved.error() == errc::io_error);
+            const auto latest = manager.load_latest();
+            BOOST_REQUIRE(latest);
+            BOOST_TEST(step_in(latest.value()) == (k <= latest_renamed ? 1U : 2U));
+            ops.fail_at = 0;
+            BOOST_REQUIRE(manager.save(3, contents_of(3)));
+            BOOST_TEST(tmp_files(dir.path()).empty());
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(a_process_dying_between_any_two_steps_leaves_a_whole_checkpoint)
+{
+    const int operations = operations_of_one_save();
+    const int latest_renamed = operations - 1;
+    for (int k = 1; k <= operations + 1; ++k) {
+        BOOST_TEST_CONTEXT("dying before operation " << k << " of " << operations)
+        {
+            const temp_dir dir;
+            {
+                ruda::checkpoint_manager first{dir.path()};
+                BOOST_REQUIRE(first.save(1, contents_of(1)));
+            }
+            const pid_t child = ::fork();
+            BOOST_REQUIRE(child >= 0);
+            if (child == 0) {
+                counting_ops ops;
+                ops.fail_at = k;
+                ops.exit_instead = true;
+                ruda::checkpoint_manager dying{dir.path(), {.ops = &ops}};
+                (void)dying.save(2, contents_of(2));
+                std::_Exit(0); // k past the end: the save completed
+            }
+            int status = 0;
+            BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+            BOOST_REQUIRE(WIFEXITED(status));
+
+            ruda::checkpoint_manager after{dir.path()};
+            const auto latest = after.load_latest();
+            BOOST_REQUIRE(latest);
+            const auto expected = k <= latest_renamed ? 1U : 2U;
+            BOOST_TEST(step_in(latest.value()) == expected);
+            BOOST_TEST((latest.value() == contents_of(expected)));
+            BOOST_REQUIRE(after.save(3, contents_of(3)));
+            BOOST_TEST(tmp_files(dir.path()).empty());
+        }
+    }
+}
+
+namespace {
+
+boost::asio::awaitable<ruda::result<ruda::saved_checkpoint>>
+save_then_change(ruda::checkpoint_manager& manager, ruda::gradients_params& grads,
+                 const ruda::async_device& device, counting_ops& ops, bool& staged_before_durable)
+{
+    ruda::checkpoint state;
+    state.put("step", std::uint64_t{42}).value();
+    auto pending = co_await manager.async_save<gpu>(42, grads, std::move(state), {},
+                                                    boost::asio::use_awaitable);
+    if (!pending) {
+        co_return pending.error();
+    }
+    staged_before_durable = !pending.value().done(); // fsync is held: not on disk yet
+    // Training goes on: a new gradient for parameter 1 must not reach the file.
+    grads.insert<gpu>(ruda::param_id{1},
+                      gpu::float_from_data(
+                          ruda::tensor_data::from_values(std::vector<float>{-1, -1}, {2}).value(),
+                          device)
+                          .value());
+    ops.release();
+    co_return co_await pending.value().async_wait(boost::asio::use_awaitable);
+}
+
+ruda::gradients_params two_gradients(const ruda::async_device& device)
+{
+    ruda::gradients_params grads;
+    for (std::uint64_t id = 1; id <= 2; ++id) {
+        grads.insert<gpu>(ruda::param_id{id},
+                          gpu::float_from_data(ruda::tensor_data::from_values(
+                                                   std::vector<float>{float(id), 0.5F}, {2})
+                                                   .value(),
+                                               device)
+                              .value());
+    }
+    return grads;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(async_save_is_staged_then_durable)
+{
+    const ruda::test::watchdog guard{"async_save_is_staged_then_durable"};
+    const temp_dir dir;
+    counting_ops ops;
+    ops.hold_fsync();
+    ruda::checkpoint_manager manager{dir.path(), {.ops = &ops}};
+    const ruda::async_device device{{.latency = 2ms}};
+    auto grads = two_gradients(device);
+    boost::asio::io_context io;
+    bool staged_before_durable = false;
+    auto saved = ruda::test::run_to_end(
+        io, save_then_change(manager, grads, device, ops, staged_before_durable));
+    BOOST_REQUIRE(saved.has_value());
+    BOOST_REQUIRE(*saved);
+    BOOST_TEST(staged_before_durable);
+    BOOST_TEST(saved->value().step == 42U);
+
+    const auto loaded = manager.load_latest();
+    BOOST_REQUIRE(loaded);
+    BOOST_TEST(step_in(loaded.value()) == 42U);
+    const auto& entries = loaded.value().gradients().entries();
+    BOOST_REQUIRE_EQUAL(entries.size(), 2U);
+    BOOST_TEST(entries[0].data.values<float>().value()[0] == 1.0F); // as at the call
+}
+
+BOOST_AUTO_TEST_CASE(async_save_reports_snapshot_and_write_failures)
+{
+    const ruda::test::watchdog guard{"async_save_reports_snapshot_and_write_failures"};
+    const temp_dir dir;
+    boost::asio::io_context io;
+
+    // A read fault: the staged completion fails and nothing is written.
+    counting_ops ops;
+    ruda::checkpoint_manager manager{dir.path(), {.ops = &ops}};
+    const ruda::async_device faulty{{.fail_read = 2}};
+    const auto bad = two_gradients(faulty);
+    std::optional<ruda::result<ruda::pending_save>> staged;
+    manager.async_save<gpu>(1, bad, {}, {}, boost::asio::bind_executor(io, [&](auto r) {
+                                staged.emplace(std::move(r));
+                            }));
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return staged.has_value(); }));
+    BOOST_TEST(staged->error() == errc::read_failed);
+    BOOST_TEST(staged->error().message().find("Reading gradient for parameter 2") == 0U);
+    BOOST_TEST(manager.steps().empty());
+    BOOST_TEST(ops.calls == 0);
+
+    // A write failure: staged succeeds, durable reports the error; a blocking wait sees it too.
+    const ruda::async_device device;
+    const auto good = two_gradients(device);
+    ops.fail_at = 1;
+    staged.reset();
+    manager.async_save<gpu>(2, good, {}, {}, boost::asio::bind_executor(io, [&](auto r) {
+                                staged.emplace(std::move(r));
+                            }));
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return staged.has_value(); }));
+    BOOST_REQUIRE(*staged);
+    const auto durable = staged->value().wait();
+    BOOST_TEST(durable.error() == errc::io_error);
+    BOOST_TEST(staged->value().done());
+    std::optional<ruda::result<ruda::saved_checkpoint>> waited; // waiting after the end works
+    staged->value().async_wait(boost::asio::bind_executor(io, [&](auto r) { waited.emplace(r); }));
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return waited.has_value(); }));
+    BOOST_TEST(waited->error() == errc::io_error);
+    BOOST_TEST(!manager.latest_step().value().has_value());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
