@@ -6,6 +6,11 @@
 #include <ruda/backend/backend.hpp>
 #include <ruda/backend/cpu_backend.hpp>
 #include <ruda/backend/host_tensor.hpp>
+#include <ruda/checkpoint/checkpoint.hpp>
+#include <ruda/checkpoint/checkpoint_file.hpp>
+#include <ruda/checkpoint/checkpoint_index.hpp>
+#include <ruda/checkpoint/checkpoint_manager.hpp>
+#include <ruda/checkpoint/file_ops.hpp>
 #include <ruda/error.hpp>
 #include <ruda/optim/gradients_params.hpp>
 #include <ruda/optim/async_snapshot.hpp>
@@ -15,6 +20,7 @@
 #include <ruda/optim/snapshot_options.hpp>
 #include <ruda/optim/validate_record.hpp>
 #include <ruda/record/precision.hpp>
+#include <ruda/record/section_archive.hpp>
 #include <ruda/record/tensor_serialization.hpp>
 #include <ruda/runtime/blocking_scope.hpp>
 #include <ruda/runtime/error_mapping.hpp>

@@ -1,0 +1,160 @@
+// ruda-inspect: the table, valid JSON (parsed back), --verify's one-line verdicts and exit
+// statuses for sound, corrupt and foreign files, directories, and usage errors.
+#include "../checkpoint/checkpoint_test_support.hpp"
+
+#include <inspect.hpp>
+
+#include <cereal/archives/json.hpp> // rapidjson, configured as cereal configures it
+#include <boost/test/unit_test.hpp>
+
+#include <sstream>
+
+namespace {
+
+using ruda::test::temp_dir;
+
+struct run_result {
+    int status;
+    std::string out;
+};
+
+run_result inspect(const std::vector<std::string>& args)
+{
+    std::ostringstream out;
+    const int status = ruda::tools::inspect_main(args, out);
+    return {status, out.str()};
+}
+
+std::filesystem::path sample(const temp_dir& dir, const std::string& name)
+{
+    ruda::checkpoint c{ruda::test::valid_sample()};
+    c.put("step", std::uint64_t{9}).value();
+    const auto path = dir / name;
+    ruda::save_checkpoint_file(path, c).value();
+    return path;
+}
+
+void corrupt_first_payload(const std::filesystem::path& path)
+{
+    const auto offset = ruda::checkpoint_reader::open(path).value().index().entries[0].payload.offset;
+    auto bytes = ruda::test::read_bytes(path);
+    bytes[offset] ^= 0x04;
+    ruda::test::write_bytes(path, bytes);
+}
+
+bool contains(const std::string& text, const std::string& part)
+{
+    return text.find(part) != std::string::npos;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(tool_inspect)
+
+BOOST_AUTO_TEST_CASE(the_table_lists_entries_and_sections)
+{
+    const temp_dir dir;
+    const auto path = sample(dir, "a.ruda");
+    const auto r = inspect({path.string()});
+    BOOST_TEST(r.status == 0);
+    BOOST_TEST(contains(r.out, path.string() + ": format 1, written by ruda " RUDA_VERSION_STRING));
+    BOOST_TEST(contains(r.out, "14 gradients, 1 sections"));
+    BOOST_TEST(contains(r.out, "| id | dtype | stored | shape | bytes | checksum |"));
+    BOOST_TEST(contains(r.out, "| 1 | f64 | f64 | [2, 3] | 48 | ok |"));
+    BOOST_TEST(contains(r.out, "| 9 | bf16 | f16 | [3, 2] | 12 | ok |"));
+    BOOST_TEST(contains(r.out, "| 7 | f16 | f16 | [3, 0, 2] | 0 | ok |"));
+    BOOST_TEST(contains(r.out, "| step | 8 | ok |"));
+
+    corrupt_first_payload(path);
+    const auto bad = inspect({path.string()});
+    BOOST_TEST(bad.status == 1);
+    BOOST_TEST(contains(bad.out, "| 1 | f64 | f64 | [2, 3] | 48 | MISMATCH |"));
+    BOOST_TEST(contains(bad.out, "checksum mismatch in the gradient of parameter 1"));
+}
+
+BOOST_AUTO_TEST_CASE(verify_gives_one_line_per_file_and_the_exit_status)
+{
+    const temp_dir dir;
+    const auto good = sample(dir, "a.ruda");
+    const auto bad = sample(dir, "b.ruda");
+    corrupt_first_payload(bad);
+    const auto ok = inspect({"--verify", good.string()});
+    BOOST_TEST(ok.status == 0);
+    BOOST_TEST(ok.out == good.string() + ": ok (14 gradients, 1 sections, " +
+                             std::to_string(std::filesystem::file_size(good)) + " bytes)\n");
+
+    // A directory stands for its .ruda files, in name order.
+    const auto both = inspect({"--verify", dir.path().string()});
+    BOOST_TEST(both.status == 1);
+    std::istringstream lines{both.out};
+    std::string first;
+    std::string second;
+    std::getline(lines, first);
+    std::getline(lines, second);
+    BOOST_TEST(first.find(good.string() + ": ok") == 0U);
+    BOOST_TEST(second == bad.string() + ": Checkpoint " + bad.string() +
+                             ": checksum mismatch in the gradient of parameter 1");
+
+    ruda::test::write_bytes(dir / "foreign.ruda", std::vector<std::uint8_t>(128, 'z'));
+    const auto foreign = inspect({"--verify", (dir / "foreign.ruda").string()});
+    BOOST_TEST(foreign.status == 1);
+    BOOST_TEST(contains(foreign.out, "not a ruda checkpoint"));
+    BOOST_TEST(inspect({"--verify", (dir / "none.ruda").string()}).status == 1);
+}
+
+BOOST_AUTO_TEST_CASE(verify_also_validates_the_record)
+{
+    const temp_dir dir;
+    const auto path = sample(dir, "a.ruda");
+    ruda::test::rewrite(path, [](ruda::checkpoint_index& i) { i.entries[1].id = i.entries[0].id; });
+    BOOST_TEST(inspect({path.string()}).status == 0); // the frame and checksums are sound
+    const auto verified = inspect({"--verify", path.string()});
+    BOOST_TEST(verified.status == 1);
+    BOOST_TEST(contains(verified.out, "Duplicate gradient parameter ID 1"));
+}
+
+BOOST_AUTO_TEST_CASE(json_is_valid_and_complete)
+{
+    const temp_dir dir;
+    const auto good = sample(dir, "a.ruda");
+    const auto bad = sample(dir, "b.ruda");
+    corrupt_first_payload(bad);
+    ruda::test::write_bytes(dir / "c.ruda", std::vector<std::uint8_t>(128, '"'));
+    const auto r = inspect({"--json", dir.path().string()});
+    BOOST_TEST(r.status == 1);
+
+    rapidjson::Document doc;
+    doc.Parse(r.out.c_str());
+    BOOST_REQUIRE(!doc.HasParseError());
+    BOOST_REQUIRE(doc.IsArray());
+    BOOST_REQUIRE_EQUAL(doc.Size(), 3U);
+    const auto& a = doc[0];
+    BOOST_TEST(a["ok"].GetBool());
+    BOOST_TEST(a["error"].IsNull());
+    BOOST_TEST(a["format_version"].GetInt() == 1);
+    BOOST_TEST(a["bytes"].GetUint64() == std::filesystem::file_size(good));
+    BOOST_REQUIRE_EQUAL(a["entries"].Size(), 14U);
+    BOOST_TEST(a["entries"][13]["id"].GetUint64() == ~std::uint64_t{0});
+    BOOST_TEST(a["entries"][0]["shape"].Size() == 2U);
+    BOOST_TEST(std::string(a["entries"][8]["dtype"].GetString()) == "bf16");
+    BOOST_TEST(std::string(a["entries"][8]["stored_dtype"].GetString()) == "f16");
+    BOOST_TEST(std::string(a["sections"][0]["name"].GetString()) == "step");
+    const auto& b = doc[1];
+    BOOST_TEST(!b["ok"].GetBool());
+    BOOST_TEST(!b["entries"][0]["checksum_ok"].GetBool());
+    BOOST_TEST(b["entries"][1]["checksum_ok"].GetBool());
+    const auto& c = doc[2];
+    BOOST_TEST(!c["ok"].GetBool());
+    BOOST_TEST(contains(c["error"].GetString(), "not a ruda checkpoint"));
+    BOOST_TEST(!c.HasMember("entries"));
+}
+
+BOOST_AUTO_TEST_CASE(usage_errors_exit_2)
+{
+    BOOST_TEST(inspect({}).status == 2);
+    BOOST_TEST(inspect({"--verify"}).status == 2);
+    BOOST_TEST(inspect({"--frobnicate", "x"}).status == 2);
+    BOOST_TEST(contains(inspect({"--help"}).out, "usage: ruda-inspect"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

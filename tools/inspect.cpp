@@ -1,0 +1,257 @@
+// ruda-inspect: reads only through checkpoint_reader, so a hostile file gets the same checks
+// as any load; every payload's checksum is verified for the table and the JSON.
+#include "inspect.hpp"
+
+#include <ruda/checkpoint/checkpoint_file.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <sstream>
+#include <system_error>
+
+namespace ruda::tools {
+namespace {
+
+constexpr const char* usage =
+    "usage: ruda-inspect [--json] [--verify] FILE|DIR...\n"
+    "  Lists the gradients (id, dtype, stored dtype, shape, bytes, checksum) and sections of\n"
+    "  each checkpoint file (a directory: its *.ruda files).\n"
+    "  --json    the same as JSON\n"
+    "  --verify  one line per file; exit 1 unless every file loads completely\n";
+
+struct report {
+    std::filesystem::path file;
+    std::optional<checkpoint_index> index;
+    std::vector<bool> entry_ok;
+    std::vector<bool> section_ok;
+    std::optional<std::string> problem; // the first, on one line
+};
+
+void note(report& r, std::string problem)
+{
+    if (!r.problem) {
+        r.problem = std::move(problem);
+    }
+}
+
+report inspect(const std::filesystem::path& file, bool check_payloads, bool verify)
+{
+    report r{file, {}, {}, {}, {}};
+    auto reader = checkpoint_reader::open(file);
+    if (!reader) {
+        note(r, reader.error().message());
+        return r;
+    }
+    r.index = reader.value().index();
+    const auto intact = [&](const payload_location& payload, const std::string& what) {
+        const auto ok = reader.value().payload_intact(payload);
+        if (!ok) {
+            note(r, ok.error().message());
+            return false;
+        }
+        if (!ok.value()) {
+            note(r, "Checkpoint " + file.string() + ": checksum mismatch in " + what);
+        }
+        return ok.value();
+    };
+    if (check_payloads) {
+        for (const auto& e : r.index->entries) {
+            r.entry_ok.push_back(intact(e.payload, "the gradient of parameter " + std::to_string(e.id)));
+        }
+        for (const auto& s : r.index->sections) {
+            r.section_ok.push_back(intact(s.payload, "section " + s.name));
+        }
+    }
+    if (verify && !r.problem) {
+        if (auto loaded = reader.value().load(); !loaded) {
+            note(r, loaded.error().message());
+        }
+    }
+    return r;
+}
+
+std::string shape_text(const shape& dims)
+{
+    std::string text = "[";
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+        text += (i == 0 ? "" : ", ") + std::to_string(dims[i]);
+    }
+    return text + "]";
+}
+
+std::string hex(std::uint64_t v)
+{
+    char text[19];
+    std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(v));
+    return text;
+}
+
+std::string json_string(const std::string& s)
+{
+    std::string out = "\"";
+    for (const char c : s) {
+        switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\t': out += "\\t"; break;
+        default:
+            if (static_cast<unsigned char>(c) < 0x20) {
+                char escaped[7];
+                std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
+                out += escaped;
+            } else {
+                out += c;
+            }
+        }
+    }
+    return out + "\"";
+}
+
+void print_table(const report& r, std::ostream& out)
+{
+    if (!r.index) {
+        out << r.file.string() << ": " << *r.problem << "\n";
+        return;
+    }
+    const auto& index = *r.index;
+    out << r.file.string() << ": format " << index.format_version << ", written by ruda "
+        << index.producer << ", " << index.file_length << " bytes, " << index.entries.size()
+        << " gradients, " << index.sections.size() << " sections\n\n";
+    out << "| id | dtype | stored | shape | bytes | checksum |\n|---:|---|---|---|---:|---|\n";
+    for (std::size_t k = 0; k < index.entries.size(); ++k) {
+        const auto& e = index.entries[k];
+        out << "| " << e.id << " | " << to_string(e.original) << " | " << to_string(e.stored)
+            << " | " << shape_text(e.shape) << " | " << e.payload.length << " | "
+            << (r.entry_ok[k] ? "ok" : "MISMATCH") << " |\n";
+    }
+    if (!index.sections.empty()) {
+        out << "\n| section | bytes | checksum |\n|---|---:|---|\n";
+        for (std::size_t k = 0; k < index.sections.size(); ++k) {
+            const auto& s = index.sections[k];
+            out << "| " << s.name << " | " << s.payload.length << " | "
+                << (r.section_ok[k] ? "ok" : "MISMATCH") << " |\n";
+        }
+    }
+    if (r.problem) {
+        out << "\n" << *r.problem << "\n";
+    }
+    out << "\n";
+}
+
+void print_json(const std::vector<report>& reports, std::ostream& out)
+{
+    out << "[";
+    for (std::size_t f = 0; f < reports.size(); ++f) {
+        const report& r = reports[f];
+        out << (f == 0 ? "" : ",") << "\n  {\"file\": " << json_string(r.file.string())
+            << ", \"ok\": " << (r.problem ? "false" : "true")
+            << ", \"error\": " << (r.problem ? json_string(*r.problem) : "null");
+        if (r.index) {
+            const auto& index = *r.index;
+            out << ", \"format_version\": " << index.format_version
+                << ", \"producer\": " << json_string(index.producer)
+                << ", \"bytes\": " << index.file_length << ",\n   \"entries\": [";
+            for (std::size_t k = 0; k < index.entries.size(); ++k) {
+                const auto& e = index.entries[k];
+                out << (k == 0 ? "" : ",") << "\n    {\"id\": " << e.id
+                    << ", \"dtype\": " << json_string(to_string(e.original))
+                    << ", \"stored_dtype\": " << json_string(to_string(e.stored))
+                    << ", \"shape\": [";
+                for (std::size_t d = 0; d < e.shape.size(); ++d) {
+                    out << (d == 0 ? "" : ", ") << e.shape[d];
+                }
+                out << "], \"offset\": " << e.payload.offset << ", \"bytes\": " << e.payload.length
+                    << ", \"checksum\": \"" << hex(e.payload.checksum)
+                    << "\", \"checksum_ok\": " << (r.entry_ok[k] ? "true" : "false") << "}";
+            }
+            out << "],\n   \"sections\": [";
+            for (std::size_t k = 0; k < index.sections.size(); ++k) {
+                const auto& s = index.sections[k];
+                out << (k == 0 ? "" : ",") << "\n    {\"name\": " << json_string(s.name)
+                    << ", \"offset\": " << s.payload.offset << ", \"bytes\": " << s.payload.length
+                    << ", \"checksum\": \"" << hex(s.payload.checksum)
+                    << "\", \"checksum_ok\": " << (r.section_ok[k] ? "true" : "false") << "}";
+            }
+            out << "]";
+        }
+        out << "}";
+    }
+    out << "\n]\n";
+}
+
+// The files named, a directory standing for its *.ruda files in name order.
+std::vector<std::filesystem::path> expand(const std::vector<std::string>& names)
+{
+    std::vector<std::filesystem::path> files;
+    for (const std::string& name : names) {
+        std::error_code ec;
+        if (!std::filesystem::is_directory(name, ec)) {
+            files.emplace_back(name);
+            continue;
+        }
+        std::vector<std::filesystem::path> inside;
+        for (const auto& item : std::filesystem::directory_iterator(name, ec)) {
+            if (item.path().extension() == ".ruda") {
+                inside.push_back(item.path());
+            }
+        }
+        std::sort(inside.begin(), inside.end());
+        files.insert(files.end(), inside.begin(), inside.end());
+    }
+    return files;
+}
+
+} // namespace
+
+int inspect_main(const std::vector<std::string>& args, std::ostream& out)
+{
+    bool json = false;
+    bool verify = false;
+    std::vector<std::string> names;
+    for (const std::string& arg : args) {
+        if (arg == "--json") {
+            json = true;
+        } else if (arg == "--verify") {
+            verify = true;
+        } else if (arg == "--help" || arg.starts_with("--")) {
+            out << usage;
+            return 2;
+        } else {
+            names.push_back(arg);
+        }
+    }
+    const auto files = expand(names);
+    if (files.empty()) {
+        out << usage;
+        return 2;
+    }
+    std::vector<report> reports;
+    for (const auto& file : files) {
+        reports.push_back(inspect(file, json || !verify, verify));
+    }
+    if (json) {
+        print_json(reports, out);
+    } else if (verify) {
+        for (const report& r : reports) {
+            if (r.problem) {
+                out << r.file.string() << ": " << *r.problem << "\n";
+            } else {
+                out << r.file.string() << ": ok (" << r.index->entries.size() << " gradients, "
+                    << r.index->sections.size() << " sections, " << r.index->file_length
+                    << " bytes)\n";
+            }
+        }
+    } else {
+        for (const report& r : reports) {
+            print_table(r, out);
+        }
+    }
+    const bool all_sound = std::none_of(reports.begin(), reports.end(),
+                                        [](const report& r) { return r.problem.has_value(); });
+    return all_sound ? 0 : 1;
+}
+
+} // namespace ruda::tools
