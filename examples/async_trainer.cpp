@@ -1,11 +1,12 @@
 // The main job: a small MLP trained with gradient accumulation, its accumulated gradients
 // living on an asynchronous device (`async_backend`, 2 ms per read). Every N steps, in the
-// middle of an accumulation window, a checkpoint coroutine `co_await`s a snapshot of them
-// while the training loop keeps going, and a writer thread saves it (cereal binary, written
-// to a temporary file, fsynced and renamed). The table shows how long the loop was blocked.
-// Afterwards every checkpoint is loaded, restored onto a fresh device and compared with the
-// gradients as they were when its snapshot was taken, and training resumed from the latest
-// one must end with weights bit-identical to the uninterrupted run. Exits non-zero otherwise.
+// middle of an accumulation window, a checkpoint coroutine `co_await`s the save of a snapshot
+// of them (with the position and the weights as sections) through `checkpoint_manager`: first
+// staged in host memory, then durable on disk, written by the manager's own thread, while the
+// training loop keeps going. The table shows how long the loop was blocked. Afterwards every
+// checkpoint kept is loaded, restored onto a fresh device and compared with the state as it
+// was when its snapshot was taken, and training resumed from the latest one must end with
+// weights bit-identical to the uninterrupted run. Exits non-zero otherwise.
 //
 //   async_trainer [--steps N] [--snapshot-every N] [--latency-ms N] [--dir DIR]
 #include "mlp.hpp"
@@ -17,23 +18,16 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <cereal/archives/binary.hpp>
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -51,102 +45,47 @@ struct options {
     std::optional<fs::path> dir; // kept when given; a temporary directory otherwise
 };
 
-[[noreturn]] void throw_errno(const std::string& what)
-{
-    throw std::system_error(errno, std::generic_category(), what);
-}
-
-// Atomic and durable: a temporary file in the same directory, fsync, rename, fsync of the
-// directory. A crash leaves either the old file or the new one, never a torn one.
-void write_durably(const fs::path& path, const std::string& bytes)
-{
-    const fs::path temporary = path.string() + ".tmp";
-    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        throw_errno("open " + temporary.string());
-    }
-    std::size_t written = 0;
-    while (written < bytes.size()) {
-        const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0) {
-            ::close(fd);
-            throw_errno("write " + temporary.string());
-        }
-        written += static_cast<std::size_t>(n);
-    }
-    const bool synced = ::fsync(fd) == 0;
-    if (::close(fd) != 0 || !synced) {
-        throw_errno("fsync " + temporary.string());
-    }
-    if (::rename(temporary.c_str(), path.c_str()) != 0) {
-        throw_errno("rename " + temporary.string());
-    }
-    const int dir = ::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir < 0) {
-        throw_errno("open " + path.parent_path().string());
-    }
-    const bool dir_synced = ::fsync(dir) == 0;
-    ::close(dir);
-    if (!dir_synced) {
-        throw_errno("fsync " + path.parent_path().string());
-    }
-}
-
-// A checkpoint on its way to disk: where training stood and the weights, copied when its
+// A checkpoint on its way to disk: where training stood and the model, copied when its
 // snapshot was taken (their `grad` fields are what the snapshot must hold).
 struct checkpoint_job {
-    fs::path path;
+    std::uint64_t step;
     mlp::position at;
     mlp::model at_capture;
 };
 
-// What the training loop and the checkpoint coroutines share; all on the training thread,
-// except `writer`, whose thread only sees what is handed to it.
+// What the training loop and the checkpoint coroutines share, all on the training thread.
 struct checkpoints {
-    explicit checkpoints(const boost::asio::any_io_executor& ex)
-        : finished(ex, clock_type::time_point::max())
+    checkpoints(const boost::asio::any_io_executor& ex, const fs::path& dir)
+        : manager(dir, {.keep_last = 5}), finished(ex, clock_type::time_point::max())
     {
     }
-    boost::asio::thread_pool writer{1};
+    ruda::checkpoint_manager manager;   // writes on its own thread
     boost::asio::steady_timer finished; // cancelled whenever a checkpoint completes
     bool in_flight = false;
     std::uint64_t taken = 0;
+    std::uint64_t staged = 0;
     std::uint64_t saved = 0;
-    std::vector<checkpoint_job> written; // files on disk, with what they must hold
+    std::vector<checkpoint_job> written; // on disk, with what they must hold
     std::optional<std::string> failure;
 };
 
-// Runs on the writer thread: serialization and the file write never touch the training loop.
-boost::asio::awaitable<void> save(fs::path path, mlp::training_state state)
-{
-    std::ostringstream bytes;
-    {
-        cereal::BinaryOutputArchive archive{bytes};
-        archive(state);
-    }
-    write_durably(path, bytes.str());
-    co_return;
-}
-
+// Awaits the two completions of one save: staged (the gradients are in host memory) and
+// durable (the checkpoint is on disk and "latest" names it).
 boost::asio::awaitable<void>
-checkpoint(boost::asio::awaitable<ruda::result<ruda::gradients_params_record>> snapshot,
-           checkpoint_job job, checkpoints& shared)
+save_checkpoint(boost::asio::awaitable<ruda::result<ruda::pending_save>> staging,
+                checkpoint_job job, checkpoints& shared)
 {
-    auto record = co_await std::move(snapshot);
-    if (!record) {
-        shared.failure = "snapshot: " + record.error().message();
+    auto staged = co_await std::move(staging);
+    if (!staged) {
+        shared.failure = "snapshot: " + staged.error().message();
     } else {
-        mlp::training_state state{job.at, job.at_capture, std::move(record).value()};
-        try {
-            co_await boost::asio::co_spawn(shared.writer, save(job.path, std::move(state)),
-                                           boost::asio::use_awaitable);
+        ++shared.staged;
+        auto saved = co_await staged.value().async_wait(boost::asio::use_awaitable);
+        if (!saved) {
+            shared.failure = "save: " + saved.error().message();
+        } else {
             ++shared.saved;
             shared.written.push_back(std::move(job));
-        } catch (const std::exception& e) {
-            shared.failure = std::string("save: ") + e.what();
         }
     }
     shared.in_flight = false;
@@ -167,8 +106,8 @@ struct run_report {
     double blocked_seconds = 0;
 };
 
-boost::asio::awaitable<void> train(const mlp::config& c, const options& opts, const fs::path& dir,
-                                   checkpoints& shared, run_report& report)
+boost::asio::awaitable<void> train(const mlp::config& c, const options& opts, checkpoints& shared,
+                                   run_report& report)
 {
     const auto ex = co_await boost::asio::this_coro::executor;
     const ruda::async_device device{{.latency = std::chrono::milliseconds(opts.latency_ms),
@@ -181,7 +120,7 @@ boost::asio::awaitable<void> train(const mlp::config& c, const options& opts, co
     const auto start = clock_type::now();
     clock_type::duration blocked{};
 
-    std::printf("| step | loss | snapshots taken | saved | loop blocked ms | blocked %% of wall |\n");
+    std::printf("| step | loss | snapshots taken | on disk | loop blocked ms | blocked %% of wall |\n");
     std::printf("|---:|---:|---:|---:|---:|---:|\n");
     while (at.step < opts.steps) {
         window_loss += mlp::train_micro_batch(c, data, m, at);
@@ -190,16 +129,17 @@ boost::asio::awaitable<void> train(const mlp::config& c, const options& opts, co
         const std::uint64_t current = at.step + 1; // the step this window completes
         if (current % opts.snapshot_every == 0 && at.micro_batch == c.accumulate / 2) {
             const auto t0 = clock_type::now();
-            co_await wait_idle(shared); // the previous checkpoint must be done first
-            char name[64];
-            std::snprintf(name, sizeof name, "step-%06llu-mb%llu.ckpt",
-                          static_cast<unsigned long long>(at.step),
-                          static_cast<unsigned long long>(at.micro_batch));
-            // The handles are captured here; training may change `grads` right after.
-            auto snapshot = grads.to_record_async<gpu>();
+            co_await wait_idle(shared); // at most one checkpoint in flight
+            ruda::checkpoint state;     // the position and the weights, as they are now
+            state.put("position", at).value();
+            state.put("model", m).value();
+            // The gradient handles are captured here; training may change `grads` right after.
+            auto staging = shared.manager.async_save<gpu>(at.step, grads, std::move(state), {},
+                                                          boost::asio::use_awaitable);
             shared.in_flight = true;
             ++shared.taken;
-            boost::asio::co_spawn(ex, checkpoint(std::move(snapshot), {dir / name, at, m}, shared),
+            boost::asio::co_spawn(ex,
+                                  save_checkpoint(std::move(staging), {at.step, at, m}, shared),
                                   [](std::exception_ptr e) {
                                       if (e) {
                                           std::rethrow_exception(e);
@@ -229,33 +169,23 @@ boost::asio::awaitable<void> train(const mlp::config& c, const options& opts, co
     report.final_model = std::move(m);
 }
 
-std::string read_file(const fs::path& path)
+// Loads a checkpoint, restores its gradients onto a fresh device and reads them back: the
+// training state as a restarted trainer would see it.
+ruda::result<mlp::training_state> load_state(const ruda::checkpoint_manager& manager,
+                                             std::uint64_t step)
 {
-    std::ifstream in{path, std::ios::binary};
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    return bytes.str();
-}
-
-// Loads a checkpoint file, restores its gradients onto a fresh device and reads them back:
-// the training state as a restarted trainer would see it.
-ruda::result<mlp::training_state> load_checkpoint(const fs::path& path)
-{
+    BOOST_OUTCOME_TRY(auto loaded, manager.load(step));
     mlp::training_state state;
-    try {
-        std::istringstream in{read_file(path)};
-        cereal::BinaryInputArchive archive{in};
-        archive(state);
-    } catch (const std::exception& e) {
-        return ruda::error{ruda::errc::malformed_record, path.string() + ": " + e.what()};
-    }
+    BOOST_OUTCOME_TRY(loaded.get("position", state.at));
+    BOOST_OUTCOME_TRY(loaded.get("model", state.weights));
     const ruda::async_device device{{.latency = std::chrono::milliseconds(1)}};
-    BOOST_OUTCOME_TRY(auto restored,
-                      ruda::gradients_params::from_record<gpu>(std::move(state.gradients), device));
+    BOOST_OUTCOME_TRY(auto restored, ruda::gradients_params::from_record<gpu>(
+                                         std::move(loaded).gradients(), device));
     BOOST_OUTCOME_TRY(auto on_host, restored.try_to_record<gpu>());
     if (!mlp::load_gradients(on_host, state.weights)) {
         return ruda::error{ruda::errc::malformed_record,
-                           path.string() + ": gradients do not match the parameters"};
+                           "checkpoint of step " + std::to_string(step) +
+                               ": gradients do not match the parameters"};
     }
     state.gradients = std::move(on_host);
     return state;
@@ -272,6 +202,79 @@ bool same_gradients(const mlp::model& a, const mlp::model& b)
         }
     }
     return true;
+}
+
+
+// Every checkpoint still on disk holds the state exactly as it was when its snapshot was taken
+// (training went on changing the gradients while the reads were in flight); resuming from the
+// latest one ends bit-identical to the uninterrupted run. Returns the number of failures.
+int verify(const mlp::config& c, const options& opts, const checkpoints& shared,
+           const run_report& report)
+{
+    int failures = 0;
+    if (shared.failure) {
+        std::printf("\ncheckpoint failed: %s\n", shared.failure->c_str());
+        ++failures;
+    }
+    const auto on_disk = shared.manager.steps();
+    std::printf("\n%llu snapshots staged, %llu checkpoints made durable, %zu kept in %s; "
+                "training %.3f s, loop blocked %.3f ms (%.4f%%)\n",
+                static_cast<unsigned long long>(shared.staged),
+                static_cast<unsigned long long>(shared.saved), on_disk.size(),
+                shared.manager.directory().c_str(), report.wall_seconds,
+                report.blocked_seconds * 1e3, 100.0 * report.blocked_seconds / report.wall_seconds);
+
+    std::size_t identical = 0;
+    std::size_t checked = 0;
+    for (const checkpoint_job& job : shared.written) {
+        if (std::find(on_disk.begin(), on_disk.end(), job.step) == on_disk.end()) {
+            continue; // removed by retention
+        }
+        ++checked;
+        auto loaded = load_state(shared.manager, job.step);
+        if (!loaded) {
+            std::printf("cannot load step %llu: %s\n", static_cast<unsigned long long>(job.step),
+                        loaded.error().message().c_str());
+            continue;
+        }
+        const bool same = loaded.value().at == job.at &&
+                          mlp::same_bits(loaded.value().weights, job.at_capture) &&
+                          same_gradients(loaded.value().weights, job.at_capture);
+        identical += same ? 1 : 0;
+        if (!same) {
+            std::printf("step %llu differs from the state at its snapshot\n",
+                        static_cast<unsigned long long>(job.step));
+        }
+    }
+    std::printf("checkpoints restored bit-identical to the state at their snapshot: %zu of %zu\n",
+                identical, checked);
+    failures += identical == checked && checked == on_disk.size() && checked > 0 ? 0 : 1;
+
+    // A restart: resume from the latest checkpoint, in fresh objects, and finish the run.
+    const auto latest = shared.manager.latest_step();
+    if (!latest || !latest.value()) {
+        std::printf("no latest checkpoint\n");
+        return failures + 1;
+    }
+    auto state = load_state(shared.manager, *latest.value());
+    bool exact = false;
+    if (state) {
+        const mlp::dataset data{c};
+        mlp::model resumed = std::move(state.value().weights);
+        mlp::position at = state.value().at;
+        while (at.step < opts.steps) {
+            mlp::train_micro_batch(c, data, resumed, at);
+        }
+        exact = mlp::same_bits(resumed, report.final_model);
+        std::printf("resumed from the latest checkpoint (step %llu, micro-batch %llu of %zu): "
+                    "final weights %s\n",
+                    static_cast<unsigned long long>(state.value().at.step),
+                    static_cast<unsigned long long>(state.value().at.micro_batch), c.accumulate,
+                    exact ? "bit-identical to the uninterrupted run" : "DIFFER");
+    } else {
+        std::printf("cannot load the latest checkpoint: %s\n", state.error().message().c_str());
+    }
+    return failures + (exact ? 0 : 1);
 }
 
 std::optional<options> parse(int argc, char** argv)
@@ -332,71 +335,18 @@ int main(int argc, char** argv)
                 static_cast<unsigned long long>(opts->snapshot_every), dir.c_str());
 
     boost::asio::io_context io{1};
-    checkpoints shared{io.get_executor()};
     run_report report;
-    boost::asio::co_spawn(io, train(c, *opts, dir, shared, report), [](std::exception_ptr e) {
-        if (e) {
-            std::rethrow_exception(e);
-        }
-    });
-    io.run();
-    shared.writer.join();
-
     int failures = 0;
-    if (shared.failure) {
-        std::printf("\ncheckpoint failed: %s\n", shared.failure->c_str());
-        ++failures;
-    }
-    std::printf("\n%llu snapshots, %llu checkpoints on disk; training %.3f s, loop blocked "
-                "%.3f ms (%.4f%%)\n",
-                static_cast<unsigned long long>(shared.taken),
-                static_cast<unsigned long long>(shared.saved), report.wall_seconds,
-                report.blocked_seconds * 1e3,
-                100.0 * report.blocked_seconds / report.wall_seconds);
-
-    // Every checkpoint holds the gradients exactly as they were when its snapshot was taken,
-    // although training went on changing them while the reads were in flight.
-    std::size_t identical = 0;
-    for (const checkpoint_job& job : shared.written) {
-        auto loaded = load_checkpoint(job.path);
-        if (!loaded) {
-            std::printf("cannot load %s: %s\n", job.path.c_str(), loaded.error().message().c_str());
-            continue;
-        }
-        const bool same = loaded.value().at == job.at &&
-                          mlp::same_bits(loaded.value().weights, job.at_capture) &&
-                          same_gradients(loaded.value().weights, job.at_capture);
-        identical += same ? 1 : 0;
-        if (!same) {
-            std::printf("%s differs from the state at its snapshot\n", job.path.c_str());
-        }
-    }
-    std::printf("checkpoints restored bit-identical to the state at their snapshot: %zu of %zu\n",
-                identical, shared.written.size());
-    failures += identical == shared.written.size() && !shared.written.empty() ? 0 : 1;
-
-    // A restart: resume from the latest checkpoint, in fresh objects, and finish the run.
-    if (!shared.written.empty()) {
-        const checkpoint_job& latest = shared.written.back();
-        auto state = load_checkpoint(latest.path);
-        bool exact = false;
-        if (state) {
-            const mlp::dataset data{c};
-            mlp::model resumed = std::move(state.value().weights);
-            mlp::position at = state.value().at;
-            while (at.step < opts->steps) {
-                mlp::train_micro_batch(c, data, resumed, at);
+    {
+        checkpoints shared{io.get_executor(), dir};
+        boost::asio::co_spawn(io, train(c, *opts, shared, report), [](std::exception_ptr e) {
+            if (e) {
+                std::rethrow_exception(e);
             }
-            exact = mlp::same_bits(resumed, report.final_model);
-        }
-        std::printf("resumed from %s (step %llu, micro-batch %llu of %zu): final weights %s\n",
-                    latest.path.filename().c_str(),
-                    static_cast<unsigned long long>(latest.at.step),
-                    static_cast<unsigned long long>(latest.at.micro_batch), c.accumulate,
-                    exact ? "bit-identical to the uninterrupted run" : "DIFFER");
-        failures += exact ? 0 : 1;
+        });
+        io.run();
+        failures += verify(c, *opts, shared, report);
     }
-
     if (!opts->dir) {
         std::error_code ignored;
         fs::remove_all(dir, ignored);

@@ -2,6 +2,7 @@
 #include <ruda/ruda.hpp>
 
 #include <cstdio>
+#include <filesystem>
 
 int main()
 {
@@ -11,8 +12,16 @@ int main()
     }
     auto h = t.value().convert(ruda::dtype::bf16());
     auto bad = t.value().convert(ruda::dtype::qfloat(ruda::quant_scheme{}));
-    const bool ok = h && h.value().bytes().size() == 4 && bad.has_error() &&
+    bool ok = h && h.value().bytes().size() == 4 && bad.has_error() &&
                     bad.error() == ruda::errc::invalid_dtype;
+    // The checkpoint layer links too: a file written, read back and compared.
+    const ruda::checkpoint contents{
+        ruda::gradients_params_record{{{7, ruda::dtype::f32(), t.value()}}}};
+    const auto path = std::filesystem::temp_directory_path() / "ruda-consumer-check.ruda";
+    const bool saved = ruda::save_checkpoint_file(path, contents).has_value();
+    const auto loaded = ruda::load_checkpoint_file(path);
+    std::filesystem::remove(path);
+    ok = ok && saved && loaded && loaded.value() == contents;
     std::printf("ruda %s consumer: %s\n", RUDA_VERSION_STRING, ok ? "ok" : "FAILED");
     return ok ? 0 : 1;
 }
