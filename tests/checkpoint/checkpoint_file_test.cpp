@@ -358,7 +358,7 @@ BOOST_AUTO_TEST_CASE(impossible_counts_dtypes_ranks_and_names_are_refused)
     expect_error(path, errc::malformed_record, "invalid rank 65");
     with_header([](auto& h) { h.push_back(0); });
     expect_error(path, errc::malformed_record, "header is too long");
-    with_header([](auto& h) { h.resize(h.size() - 3); });
+    with_header([](auto& h) { h.erase(h.end() - 3, h.end()); });
     expect_error(path, errc::malformed_record, "header is truncated");
 
     ruda::test::write_bytes(path, whole);
