@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <string>
 #include <unordered_map>
@@ -47,14 +48,22 @@ result<void> read_at(int fd, const std::filesystem::path& path, std::uint8_t* da
     return success();
 }
 
-// Appends a payload at the next aligned offset; where it went and its checksum.
+// Appends a payload at the next aligned offset; where it went and its checksum. Each piece is
+// hashed right before it is written, while it is still in the CPU's cache.
 result<payload_location> append_payload(detail::durable_writer& writer,
                                         std::span<const std::uint8_t> bytes)
 {
     const std::uint64_t offset = detail::align_up(writer.size());
     BOOST_OUTCOME_TRY(writer.pad_to(offset));
-    BOOST_OUTCOME_TRY(writer.write(bytes));
-    return payload_location{offset, bytes.size(), detail::checksum(bytes)};
+    detail::running_checksum sum;
+    for (std::size_t done = 0; done < bytes.size();) {
+        const auto piece = bytes.subspan(done, std::min(bytes.size() - done,
+                                                        detail::durable_writer::buffer_size));
+        sum.update(piece);
+        BOOST_OUTCOME_TRY(writer.write(piece));
+        done += piece.size();
+    }
+    return payload_location{offset, bytes.size(), sum.digest()};
 }
 
 } // namespace

@@ -200,6 +200,27 @@ std::uint64_t checksum(std::span<const std::uint8_t> bytes) noexcept
     return XXH3_64bits(bytes.data(), bytes.size());
 }
 
+namespace {
+static_assert(sizeof(XXH3_state_t) <= 640 && alignof(XXH3_state_t) <= 64);
+XXH3_state_t* as_state(std::byte* storage) { return reinterpret_cast<XXH3_state_t*>(storage); }
+} // namespace
+
+running_checksum::running_checksum() noexcept
+{
+    XXH3_INITSTATE(as_state(state_));
+    XXH3_64bits_reset(as_state(state_));
+}
+
+void running_checksum::update(std::span<const std::uint8_t> bytes) noexcept
+{
+    XXH3_64bits_update(as_state(state_), bytes.data(), bytes.size());
+}
+
+std::uint64_t running_checksum::digest() const noexcept
+{
+    return XXH3_64bits_digest(as_state(const_cast<std::byte*>(state_)));
+}
+
 std::array<std::uint8_t, preamble_size> encode_preamble(const frame& f)
 {
     std::vector<std::uint8_t> out;

@@ -31,6 +31,17 @@ struct frame {
 /// XXH3-64 of `bytes`.
 [[nodiscard]] std::uint64_t checksum(std::span<const std::uint8_t> bytes) noexcept;
 
+/// XXH3-64 over bytes given piece by piece: the same value as `checksum` of them all.
+class running_checksum {
+public:
+    running_checksum() noexcept;
+    void update(std::span<const std::uint8_t> bytes) noexcept;
+    [[nodiscard]] std::uint64_t digest() const noexcept;
+
+private:
+    alignas(64) std::byte state_[640]; // an XXH3_state_t; frame.cpp checks that it fits
+};
+
 /// `offset` rounded up to the payload alignment.
 [[nodiscard]] constexpr std::uint64_t align_up(std::uint64_t offset) noexcept
 {
