@@ -17,7 +17,9 @@
 #include <any>
 #include <cstddef>
 #include <functional>
+#include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -26,13 +28,23 @@
 
 namespace ruda {
 
+/// Safe to use from several threads at once: snapshots, `get` and `ids` share a lock that
+/// `insert` and `remove` take exclusively, so a snapshot captures one consistent state.
 class gradients_params {
 public:
+    gradients_params() = default;
+    gradients_params(const gradients_params& other);
+    gradients_params(gradients_params&& other) noexcept;
+    gradients_params& operator=(gradients_params other) noexcept;
+    ~gradients_params() = default;
+
     /// Registers `tensor` under `id`, replacing whatever was there (on any backend).
     template <backend B>
     void insert(param_id id, tensor_primitive<B> tensor)
     {
-        entries_.insert_or_assign(id, std::any{std::move(tensor)});
+        std::any entry{std::move(tensor)};
+        const std::unique_lock lock{mutex_};
+        entries_.insert_or_assign(id, std::move(entry));
     }
 
     /// The tensor under `id` if there is one on backend `B`; nothing when the id is absent or
@@ -40,14 +52,8 @@ public:
     template <backend B>
     [[nodiscard]] std::optional<tensor_primitive<B>> get(param_id id) const
     {
-        const auto found = entries_.find(id);
-        if (found == entries_.end()) {
-            return std::nullopt;
-        }
-        if (const auto* tensor = std::any_cast<tensor_primitive<B>>(&found->second)) {
-            return *tensor;
-        }
-        return std::nullopt;
+        const std::shared_lock lock{mutex_};
+        return find<B>(id);
     }
 
     /// Removes and returns the tensor under `id` when it is on backend `B`; an entry of
@@ -55,7 +61,8 @@ public:
     template <backend B>
     std::optional<tensor_primitive<B>> remove(param_id id)
     {
-        auto tensor = get<B>(id);
+        const std::unique_lock lock{mutex_};
+        auto tensor = find<B>(id);
         if (tensor) {
             entries_.erase(id);
         }
@@ -64,8 +71,8 @@ public:
 
     /// Every id, in ascending order.
     [[nodiscard]] std::vector<param_id> ids() const;
-    [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
-    [[nodiscard]] bool empty() const noexcept { return entries_.empty(); }
+    [[nodiscard]] std::size_t size() const;
+    [[nodiscard]] bool empty() const;
 
     /// Reads every gradient into a record, entries sorted by id, with at most
     /// `options.max_in_flight` reads and `options.max_in_flight_bytes` bytes in flight, telling
@@ -123,13 +130,31 @@ private:
         std::size_t bytes;                         // what its read will produce
     };
 
+    // Under the caller's lock.
+    template <backend B>
+    [[nodiscard]] std::optional<tensor_primitive<B>> find(param_id id) const
+    {
+        const auto found = entries_.find(id);
+        if (found == entries_.end()) {
+            return std::nullopt;
+        }
+        if (const auto* tensor = std::any_cast<tensor_primitive<B>>(&found->second)) {
+            return *tensor;
+        }
+        return std::nullopt;
+    }
+
+    [[nodiscard]] std::vector<param_id> sorted_ids() const; // under the caller's lock
+
+    // Every handle, in id order, under one lock: the state at one instant.
     template <backend B>
     std::vector<captured<B>> capture() const
     {
+        const std::shared_lock lock{mutex_};
         std::vector<captured<B>> handles;
         handles.reserve(entries_.size());
-        for (const param_id id : ids()) {
-            auto tensor = get<B>(id);
+        for (const param_id id : sorted_ids()) {
+            auto tensor = find<B>(id);
             const std::size_t bytes = tensor ? byte_size<B>(*tensor) : 0;
             handles.push_back({id.val(), std::move(tensor), bytes});
         }
@@ -193,6 +218,7 @@ private:
         co_return gradients_params_record{std::move(entries).value()};
     }
 
+    mutable std::shared_mutex mutex_;
     std::unordered_map<param_id, std::any> entries_;
 };
 
