@@ -278,6 +278,33 @@ BOOST_AUTO_TEST_CASE(corrupt_payloads_fail_their_checksums_unless_skipped)
     expect_error(path, errc::checksum_mismatch, "checksum mismatch in section step");
 }
 
+BOOST_AUTO_TEST_CASE(padding_between_payloads_must_be_zero)
+{
+    const temp_dir dir;
+    const auto path = saved_sample(dir);
+    const auto index = ruda::checkpoint_reader::open(path).value().index();
+    const auto& first = index.entries[0].payload; // 48 bytes, then 16 bytes of padding
+    BOOST_REQUIRE(first.length % 64 != 0);
+    edit_file(path, [&](auto& b) { b[first.offset + first.length + 3] = 0x5a; });
+    expect_error(path, errc::malformed_record, "nonzero padding between offsets");
+    // A partial load reads only what it needs.
+    BOOST_CHECK(ruda::load_checkpoint_file(path, {.only_ids = std::vector<std::uint64_t>{2}}));
+}
+
+BOOST_AUTO_TEST_CASE(a_checkpoint_in_memory_loads_like_the_file)
+{
+    const temp_dir dir;
+    const auto path = saved_sample(dir);
+    const auto bytes = ruda::test::read_bytes(path);
+    const auto from_memory = ruda::load_checkpoint_bytes(bytes);
+    BOOST_REQUIRE(from_memory);
+    BOOST_TEST((from_memory.value() == ruda::load_checkpoint_file(path).value()));
+    const auto truncated = std::vector<std::uint8_t>(bytes.begin(), bytes.end() - 1);
+    const auto bad = ruda::load_checkpoint_bytes(truncated);
+    BOOST_TEST(bad.error() == errc::malformed_record);
+    BOOST_TEST(bad.error().message().find("Checkpoint <memory>: ") == 0U);
+}
+
 BOOST_AUTO_TEST_CASE(an_oversized_header_is_refused_before_it_is_read)
 {
     const temp_dir dir;

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 namespace ruda {
@@ -43,6 +45,11 @@ public:
     [[nodiscard]] static result<checkpoint_reader> open(const std::filesystem::path& path,
                                                         std::uint64_t max_header_bytes =
                                                             checkpoint_load_options{}.max_header_bytes);
+    /// The same checks on a checkpoint held in memory; `bytes` must outlive the reader, and
+    /// `name` stands for the path in messages.
+    [[nodiscard]] static result<checkpoint_reader>
+    open_bytes(std::span<const std::uint8_t> bytes, std::string name = "<memory>",
+               std::uint64_t max_header_bytes = checkpoint_load_options{}.max_header_bytes);
     checkpoint_reader(checkpoint_reader&& other) noexcept;
     checkpoint_reader& operator=(checkpoint_reader&& other) noexcept;
     checkpoint_reader(const checkpoint_reader&) = delete;
@@ -61,21 +68,35 @@ public:
     [[nodiscard]] result<bool> payload_intact(const payload_location& payload) const;
 
     /// The checkpoint: the selected gradients (validated like `from_record` validates) and
-    /// every section.
+    /// every section. Payloads are read in file order, small ones through a 1 MiB buffer; a
+    /// full load also checks that the padding between payloads is zero, so that no byte of
+    /// the file goes unchecked.
     [[nodiscard]] result<checkpoint> load(const checkpoint_load_options& options = {}) const;
 
 private:
-    checkpoint_reader(std::filesystem::path path, int fd, checkpoint_index index);
+    checkpoint_reader(std::filesystem::path path, int fd, std::span<const std::uint8_t> memory,
+                      std::uint64_t length);
+    static result<checkpoint_reader> verify_frame(checkpoint_reader reader,
+                                                  std::uint64_t max_header_bytes);
+    result<void> read_at(std::uint8_t* data, std::size_t size, std::uint64_t offset) const;
     result<std::vector<std::uint8_t>> read_payload(const payload_location& payload,
                                                    bool verify, const std::string& what) const;
+    error mismatch(const std::string& what) const;
 
     std::filesystem::path path_;
-    int fd_ = -1;
+    int fd_ = -1;                             // a file, or
+    std::span<const std::uint8_t> memory_{}; // bytes in memory
+    std::uint64_t length_ = 0;
+    std::uint64_t header_offset_ = 0;
     checkpoint_index index_;
 };
 
 /// `checkpoint_reader::open(path)` then `load(options)`.
 [[nodiscard]] result<checkpoint> load_checkpoint_file(const std::filesystem::path& path,
                                                       const checkpoint_load_options& options = {});
+
+/// `checkpoint_reader::open_bytes(bytes)` then `load(options)`.
+[[nodiscard]] result<checkpoint> load_checkpoint_bytes(std::span<const std::uint8_t> bytes,
+                                                       const checkpoint_load_options& options = {});
 
 } // namespace ruda
