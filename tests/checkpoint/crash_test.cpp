@@ -1,0 +1,116 @@
+// Crash consistency: a child process saves checkpoints in a loop and is killed with SIGKILL
+// at 200 random moments (while writing payloads, fsyncing, renaming, moving "latest" or
+// removing old files). After every kill the manager must load a complete checkpoint equal to
+// one that was fully written, never a torn one, and the next save must clean up.
+#include "checkpoint_test_support.hpp"
+
+#include <ruda/checkpoint/checkpoint_manager.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <random>
+
+namespace {
+
+using ruda::test::temp_dir;
+
+constexpr int trials = 200;
+
+// About 1 MiB a checkpoint, so that a kill often lands inside a write.
+ruda::checkpoint contents_of(std::uint64_t step)
+{
+    std::vector<ruda::gradient_entry> entries;
+    for (std::uint64_t id = 1; id <= 4; ++id) {
+        std::vector<float> values(65536);
+        for (std::size_t k = 0; k < values.size(); ++k) {
+            values[k] = static_cast<float>(step * 1000 + id) + static_cast<float>(k) * 1e-6F;
+        }
+        const std::size_t n = values.size();
+        entries.push_back({id, ruda::dtype::f32(),
+                           ruda::tensor_data::from_values(std::move(values), {n}).value()});
+    }
+    ruda::checkpoint c{ruda::gradients_params_record{std::move(entries)}};
+    c.put("step", step).value();
+    return c;
+}
+
+std::size_t count_tmp(const std::filesystem::path& dir)
+{
+    std::size_t n = 0;
+    for (const auto& item : std::filesystem::directory_iterator(dir)) {
+        n += item.path().extension() == ".tmp" ? 1 : 0;
+    }
+    return n;
+}
+
+void sleep_us(long us)
+{
+    const timespec pause{0, us * 1000};
+    ::nanosleep(&pause, nullptr);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(checkpoint_crash)
+
+BOOST_AUTO_TEST_CASE(sigkill_at_random_moments_never_leaves_a_torn_checkpoint)
+{
+    const temp_dir dir;
+    const ruda::checkpoint_manager_options options{.keep_last = 2};
+    {
+        ruda::checkpoint_manager first{dir.path(), options};
+        BOOST_REQUIRE(first.save(0, contents_of(0)));
+    }
+    std::mt19937_64 random{20261203};
+    std::uint64_t next = 1;
+    std::uint64_t last_loaded = 0;
+    int interrupted = 0; // kills that left a temporary file: the write was cut short
+    int advanced = 0;    // kills after which the child had made at least one checkpoint
+    for (int trial = 0; trial < trials; ++trial) {
+        const pid_t child = ::fork();
+        BOOST_REQUIRE(child >= 0);
+        if (child == 0) {
+            ruda::checkpoint_manager saver{dir.path(), options};
+            for (std::uint64_t step = next;; ++step) {
+                if (!saver.save(step, contents_of(step))) {
+                    std::_Exit(3);
+                }
+            }
+        }
+        sleep_us(static_cast<long>(random() % 40000));
+        ::kill(child, SIGKILL);
+        int status = 0;
+        BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+        BOOST_REQUIRE_MESSAGE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+                              "the saving child failed on its own in trial " << trial);
+        interrupted += count_tmp(dir.path()) > 0 ? 1 : 0;
+
+        ruda::checkpoint_manager after{dir.path(), options};
+        const auto latest = after.load_latest();
+        if (!latest) {
+            BOOST_FAIL("trial " << trial << ": " << latest.error().message());
+        }
+        std::uint64_t step = 0;
+        BOOST_REQUIRE(latest.value().get("step", step));
+        BOOST_REQUIRE_MESSAGE(latest.value() == contents_of(step),
+                              "trial " << trial << ": step " << step << " is not as written");
+        BOOST_REQUIRE(step >= last_loaded);
+        advanced += step > last_loaded ? 1 : 0;
+        last_loaded = step;
+
+        BOOST_REQUIRE(after.save(step + 1, contents_of(step + 1)));
+        BOOST_REQUIRE(count_tmp(dir.path()) == 0U);
+        last_loaded = step + 1;
+        next = step + 2;
+    }
+    BOOST_TEST_MESSAGE(trials << " kills: " << interrupted << " left a write in progress, "
+                              << advanced << " came after the child finished a checkpoint");
+    BOOST_TEST(interrupted > 0); // the kills did land inside writes
+}
+
+BOOST_AUTO_TEST_SUITE_END()
