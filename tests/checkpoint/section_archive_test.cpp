@@ -112,4 +112,19 @@ BOOST_AUTO_TEST_CASE(a_hostile_size_fails_before_allocating)
     BOOST_TEST(c.get("v", s).error() == errc::malformed_record);
 }
 
+BOOST_AUTO_TEST_CASE(a_bool_must_be_0_or_1)
+{
+    // Found by the section fuzz target: cereal copies any byte into a bool (an optional's
+    // flag, say), which is undefined behaviour; the section archive refuses.
+    ruda::checkpoint c;
+    BOOST_REQUIRE(c.put_bytes("b", {2}));
+    bool b = false;
+    const auto loaded = c.get("b", b);
+    BOOST_TEST(loaded.error() == errc::malformed_record);
+    BOOST_TEST(loaded.error().message().find("2 is not a bool") != std::string::npos);
+    BOOST_REQUIRE(c.put("t", true));
+    BOOST_REQUIRE(c.get("t", b));
+    BOOST_TEST(b);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

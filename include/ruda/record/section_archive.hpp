@@ -18,6 +18,7 @@ namespace ruda {
 
 static_assert(std::endian::native == std::endian::little,
               "ruda's checkpoint sections are little-endian");
+static_assert(sizeof(bool) == 1, "ruda's checkpoint sections store a bool in one byte");
 
 /// Appends what it serializes to a byte vector.
 class section_output_archive
@@ -89,10 +90,21 @@ std::enable_if_t<std::is_arithmetic_v<T>> CEREAL_SAVE_FUNCTION_NAME(section_outp
 }
 
 template <class T>
-std::enable_if_t<std::is_arithmetic_v<T>> CEREAL_LOAD_FUNCTION_NAME(section_input_archive& ar,
-                                                                    T& t)
+std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool>>
+CEREAL_LOAD_FUNCTION_NAME(section_input_archive& ar, T& t)
 {
     ar.load_binary(std::addressof(t), sizeof(t));
+}
+
+// A bool is one byte, 0 or 1: copying any other byte into a bool would be undefined behaviour.
+inline void CEREAL_LOAD_FUNCTION_NAME(section_input_archive& ar, bool& t)
+{
+    std::uint8_t byte = 0;
+    ar.load_binary(&byte, 1);
+    if (byte > 1) {
+        throw cereal::Exception("ruda section: " + std::to_string(byte) + " is not a bool");
+    }
+    t = byte == 1;
 }
 
 template <class Archive, class T>
