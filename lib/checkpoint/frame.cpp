@@ -221,6 +221,16 @@ std::uint64_t running_checksum::digest() const noexcept
     return XXH3_64bits_digest(as_state(const_cast<std::byte*>(state_)));
 }
 
+// The fields written so far, followed by their own checksum, as a fixed-size block.
+template <std::size_t N>
+std::array<std::uint8_t, N> sealed(std::vector<std::uint8_t>& out)
+{
+    byte_writer{out}.u64(checksum(out));
+    std::array<std::uint8_t, N> bytes{};
+    std::copy(out.begin(), out.end(), bytes.begin());
+    return bytes;
+}
+
 std::array<std::uint8_t, preamble_size> encode_preamble(const frame& f)
 {
     std::vector<std::uint8_t> out;
@@ -236,10 +246,7 @@ std::array<std::uint8_t, preamble_size> encode_preamble(const frame& f)
     w.u64(f.header_length);
     w.u64(f.header_checksum);
     w.u64(f.file_length);
-    w.u64(checksum(out));
-    std::array<std::uint8_t, preamble_size> bytes{};
-    std::copy(out.begin(), out.end(), bytes.begin());
-    return bytes;
+    return sealed<preamble_size>(out);
 }
 
 std::array<std::uint8_t, trailer_size> encode_trailer(const frame& f)
@@ -249,10 +256,7 @@ std::array<std::uint8_t, trailer_size> encode_trailer(const frame& f)
     w.bytes(trailer_magic.data(), trailer_magic.size());
     w.u64(f.header_checksum);
     w.u64(f.file_length);
-    w.u64(checksum(out));
-    std::array<std::uint8_t, trailer_size> bytes{};
-    std::copy(out.begin(), out.end(), bytes.begin());
-    return bytes;
+    return sealed<trailer_size>(out);
 }
 
 std::vector<std::uint8_t> encode_header(const checkpoint_index& index)

@@ -354,19 +354,7 @@ BOOST_AUTO_TEST_CASE(impossible_counts_dtypes_ranks_and_names_are_refused)
         std::vector<std::uint8_t> header(whole.begin() + static_cast<std::ptrdiff_t>(header_offset),
                                          whole.end() - 32);
         edit(header);
-        ruda::detail::frame f;
-        f.producer = {RUDA_VERSION_MAJOR, RUDA_VERSION_MINOR, RUDA_VERSION_PATCH};
-        f.header_offset = header_offset;
-        f.header_length = header.size();
-        f.header_checksum = ruda::detail::checksum(header);
-        f.file_length = header_offset + header.size() + 32;
-        std::vector<std::uint8_t> out(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(header_offset));
-        const auto preamble = ruda::detail::encode_preamble(f);
-        std::copy(preamble.begin(), preamble.end(), out.begin());
-        out.insert(out.end(), header.begin(), header.end());
-        const auto trailer = ruda::detail::encode_trailer(f);
-        out.insert(out.end(), trailer.begin(), trailer.end());
-        ruda::test::write_bytes(path, out);
+        ruda::test::write_bytes(path, ruda::test::reframe(whole, header));
     };
     const auto set64 = [](std::vector<std::uint8_t>& b, std::size_t at, std::uint64_t v) {
         for (std::size_t i = 0; i < 8; ++i) {

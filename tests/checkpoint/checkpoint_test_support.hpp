@@ -107,32 +107,40 @@ inline gradients_params_record valid_sample()
     return gradients_params_record{std::move(e)};
 }
 
-/// Rewrites the checkpoint at `path` with its index changed by `edit_index` and its frame by
-/// `edit_frame`, recomputing every frame checksum, so that only the edited facts are wrong.
-inline void rewrite(const std::filesystem::path& path,
-                    const std::function<void(checkpoint_index&)>& edit_index,
-                    const std::function<void(detail::frame&)>& edit_frame = {})
+/// The file `bytes` with its header replaced by `header` and the frame rebuilt around it,
+/// changed by `edit_frame`, every frame checksum recomputed: only the edited facts are wrong.
+inline std::vector<std::uint8_t> reframe(const std::vector<std::uint8_t>& bytes,
+                                         const std::vector<std::uint8_t>& header,
+                                         const std::function<void(detail::frame&)>& edit_frame = {})
 {
-    const auto bytes = read_bytes(path);
-    auto index = checkpoint_reader::open(path).value().index();
-    edit_index(index);
-    const auto header = detail::encode_header(index);
+    const std::uint64_t header_offset = le64(bytes, 24);
     detail::frame f;
     f.producer = {RUDA_VERSION_MAJOR, RUDA_VERSION_MINOR, RUDA_VERSION_PATCH};
-    f.header_offset = le64(bytes, 24);
+    f.header_offset = header_offset;
     f.header_length = header.size();
     f.header_checksum = detail::checksum(header);
-    f.file_length = f.header_offset + header.size() + detail::trailer_size;
+    f.file_length = header_offset + header.size() + detail::trailer_size;
     if (edit_frame) {
         edit_frame(f);
     }
-    std::vector<std::uint8_t> out(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(le64(bytes, 24)));
+    std::vector<std::uint8_t> out(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(header_offset));
     const auto preamble = detail::encode_preamble(f);
     std::copy(preamble.begin(), preamble.end(), out.begin());
     out.insert(out.end(), header.begin(), header.end());
     const auto trailer = detail::encode_trailer(f);
     out.insert(out.end(), trailer.begin(), trailer.end());
-    write_bytes(path, out);
+    return out;
+}
+
+/// Rewrites the checkpoint at `path` with its index changed by `edit_index` and its frame by
+/// `edit_frame` (see `reframe`).
+inline void rewrite(const std::filesystem::path& path,
+                    const std::function<void(checkpoint_index&)>& edit_index,
+                    const std::function<void(detail::frame&)>& edit_frame = {})
+{
+    auto index = checkpoint_reader::open(path).value().index();
+    edit_index(index);
+    write_bytes(path, reframe(read_bytes(path), detail::encode_header(index), edit_frame));
 }
 
 } // namespace ruda::test
