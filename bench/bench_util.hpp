@@ -1,5 +1,6 @@
-// What every benchmark program needs: timing a callable, the median of repeated runs, and
-// running a ruda coroutine to completion on a fresh io_context on this thread.
+// What every benchmark program needs: timing a callable, the median of repeated runs, running
+// a ruda coroutine to completion on a fresh io_context on this thread, and handing its figures
+// to bench/run as JSON.
 #pragma once
 
 #include <ruda/error.hpp>
@@ -8,13 +9,18 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <functional>
+#include <iomanip>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -22,8 +28,12 @@ namespace bench {
 
 using clock_type = std::chrono::steady_clock;
 
+/// Times `f`. Before the clock starts, the allocator returns the memory it holds free to the
+/// system (as a fresh process holds none), so whatever `f` allocates costs its page faults in
+/// every program, ruda's and the peers' alike, whatever ran before it.
 inline double seconds(const std::function<void()>& f)
 {
+    ::malloc_trim(0);
     const auto start = clock_type::now();
     f();
     return std::chrono::duration<double>(clock_type::now() - start).count();
@@ -61,5 +71,30 @@ T run(boost::asio::awaitable<ruda::result<T>> op)
     }
     return std::move(*out).value();
 }
+
+/// The figures one benchmark program reports, written as one flat JSON object (names are
+/// plain identifiers, values finite numbers) for bench/run to put in its table.
+class figures {
+public:
+    void add(const std::string& name, double value) { values_.emplace_back(name, value); }
+
+    /// Writes the object to `path`; exits the program if it cannot.
+    void write(const std::string& path) const
+    {
+        std::ofstream out{path};
+        out << std::setprecision(9) << "{";
+        for (std::size_t i = 0; i < values_.size(); ++i) {
+            out << (i == 0 ? "\n  \"" : ",\n  \"") << values_[i].first << "\": " << values_[i].second;
+        }
+        out << "\n}\n";
+        if (!out.flush()) {
+            std::fprintf(stderr, "cannot write %s\n", path.c_str());
+            std::exit(1);
+        }
+    }
+
+private:
+    std::vector<std::pair<std::string, double>> values_;
+};
 
 } // namespace bench

@@ -1,13 +1,20 @@
-// bench/checkpoint: saving and loading a checkpoint of 64 x 4 MiB f32 gradients (256 MiB)
-// against the physical limits measured in the same run, on the same file system:
+// bench/checkpoint: the three things a trainer does with its gradients, each against the
+// physical limit measured in the same run, on the same file system:
+//   snapshot (`to_record_async` on cpu_backend)  vs  memcpy of the same bytes into fresh
+//   buffers, and into buffers reused from run to run;
 //   save (temp file, fsync, rename, directory fsync)  vs  raw write() of the same bytes + fsync;
-//   load with every checksum verified and the record validated  vs  raw read() into a reused
-//   buffer + memcpy into fresh buffers (both from the page cache, the file just written);
+//   load with every checksum verified, the record validated and restored onto cpu_backend  vs
+//   raw read() into a reused buffer + memcpy into fresh buffers (both from the page cache, the
+//   file just written);
 //   peak RSS while saving and while loading, each in a child process, against the record size.
-// Baselines and ruda alternate; figures are medians. --check fails when save is under 0.8x,
-// load under 0.7x, or save's peak RSS over record + 32 MiB.
+// The default is 64 x 4 MiB f32 gradients (256 MiB); --elements sets a tensor's size in
+// elements instead (100,000 x 16 for the small-tensor case), --dtype bf16 stores them as bf16.
+// Baselines and ruda alternate; figures are medians. --json writes the figures for bench/run.
+// --check fails when save is under 0.8x, load under 0.7x, or save's peak RSS over record +
+// 32 MiB.
 //
-//   checkpoint [--tensors N] [--mib-per-tensor N] [--reps N] [--dir DIR] [--check]
+//   checkpoint [--tensors N] [--mib-per-tensor N | --elements N] [--dtype f32|bf16] [--reps N]
+//              [--dir DIR] [--json PATH] [--check]
 #include "bench_util.hpp"
 
 #include <ruda/ruda.hpp>
@@ -33,12 +40,22 @@ using bench::median;
 using bench::seconds;
 namespace fs = std::filesystem;
 
+using cpu = ruda::cpu_backend;
+
 struct settings {
     std::size_t tensors = 64;
     std::size_t mib_per_tensor = 4;
+    std::size_t elements = 0; // per tensor; 0: as many as fill mib_per_tensor
+    ruda::dtype dtype = ruda::dtype::f32();
     int reps = 5;
     std::optional<fs::path> dir;
+    std::optional<std::string> json;
     bool check = false;
+
+    std::size_t elements_per_tensor() const
+    {
+        return elements != 0 ? elements : (mib_per_tensor << 20U) / dtype.size();
+    }
 };
 
 bool parse(int argc, char** argv, settings& s)
@@ -50,17 +67,27 @@ bool parse(int argc, char** argv, settings& s)
             s.tensors = std::strtoul(argv[++i], nullptr, 10);
         } else if (arg == "--mib-per-tensor" && has_value) {
             s.mib_per_tensor = std::strtoul(argv[++i], nullptr, 10);
+        } else if (arg == "--elements" && has_value) {
+            s.elements = std::strtoul(argv[++i], nullptr, 10);
+        } else if (arg == "--dtype" && has_value) {
+            const std::string name = argv[++i];
+            if (name != "f32" && name != "bf16") {
+                return false;
+            }
+            s.dtype = name == "f32" ? ruda::dtype::f32() : ruda::dtype::bf16();
         } else if (arg == "--reps" && has_value) {
             s.reps = std::atoi(argv[++i]);
         } else if (arg == "--dir" && has_value) {
             s.dir = argv[++i];
+        } else if (arg == "--json" && has_value) {
+            s.json = argv[++i];
         } else if (arg == "--check") {
             s.check = true;
         } else {
             return false;
         }
     }
-    return s.tensors > 0 && s.mib_per_tensor > 0 && s.reps >= 1;
+    return s.tensors > 0 && s.elements_per_tensor() > 0 && s.reps >= 1;
 }
 
 [[noreturn]] void die(const std::string& what)
@@ -69,16 +96,17 @@ bool parse(int argc, char** argv, settings& s)
     std::exit(1);
 }
 
-ruda::checkpoint make_checkpoint(std::size_t tensors, std::size_t floats)
+// Tensor i holds i + k * 0.001 at index k, in f32 arithmetic (the torch peers make the same).
+ruda::checkpoint make_checkpoint(std::size_t tensors, std::size_t elements, ruda::dtype dtype)
 {
     std::vector<ruda::gradient_entry> entries;
     for (std::size_t i = 0; i < tensors; ++i) {
-        std::vector<float> values(floats);
-        for (std::size_t k = 0; k < floats; ++k) {
+        std::vector<float> values(elements);
+        for (std::size_t k = 0; k < elements; ++k) {
             values[k] = static_cast<float>(i) + static_cast<float>(k) * 1e-3F;
         }
-        entries.push_back({i + 1, ruda::dtype::f32(),
-                           ruda::tensor_data::from_values(std::move(values), {floats}).value()});
+        auto data = ruda::tensor_data::from_values(std::move(values), {elements}).value();
+        entries.push_back({i + 1, dtype, std::move(data).convert(dtype).value()});
     }
     ruda::checkpoint c{ruda::gradients_params_record{std::move(entries)}};
     c.put("step", std::uint64_t{1000}).value();
@@ -196,14 +224,36 @@ rss_sample child_rss(Prepare prepare, Operation operation)
     return sample;
 }
 
+// The snapshot baselines: every tensor's bytes copied into `copies`, allocated here (fresh) or
+// already sized from an earlier run (reused).
+std::size_t copy_all(const ruda::gradients_params_record& record,
+                     std::vector<std::vector<std::uint8_t>>& copies, bool fresh)
+{
+    const auto& entries = record.entries();
+    if (fresh) {
+        copies.clear();
+        copies.resize(entries.size());
+    }
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        const auto& bytes = entries[i].data.bytes();
+        if (fresh) {
+            copies[i].resize(bytes.size());
+        }
+        std::memcpy(copies[i].data(), bytes.data(), bytes.size());
+    }
+    return copies.back()[1];
+}
+
 } // namespace
 
 int main(int argc, char** argv)
 {
     settings s;
     if (!parse(argc, argv, s)) {
-        std::fprintf(stderr, "usage: %s [--tensors N] [--mib-per-tensor N] [--reps N] [--dir DIR] "
-                             "[--check]\n", argv[0]);
+        std::fprintf(stderr,
+                     "usage: %s [--tensors N] [--mib-per-tensor N | --elements N] "
+                     "[--dtype f32|bf16] [--reps N] [--dir DIR] [--json PATH] [--check]\n",
+                     argv[0]);
         return 2;
     }
     fs::path dir;
@@ -217,14 +267,14 @@ int main(int argc, char** argv)
         }
         dir = fs::absolute(pattern);
     }
-    const std::size_t tensor_bytes = s.mib_per_tensor << 20U;
-    const std::size_t floats = tensor_bytes / sizeof(float);
+    const std::size_t elements = s.elements_per_tensor();
+    const std::size_t tensor_bytes = elements * s.dtype.size();
     const double record_bytes = static_cast<double>(s.tensors * tensor_bytes);
     const auto saved_path = dir / "ruda.ruda";
     const auto raw_path = dir / "raw.bin";
 
     // Peak RSS first, while this process holds nothing large that a child would share.
-    const auto save_rss = child_rss([&] { return make_checkpoint(s.tensors, floats); },
+    const auto save_rss = child_rss([&] { return make_checkpoint(s.tensors, elements, s.dtype); },
                                     [&](const ruda::checkpoint& c) {
                                         if (!ruda::save_checkpoint_file(saved_path, c)) {
                                             std::_Exit(1);
@@ -236,14 +286,20 @@ int main(int argc, char** argv)
         }
     });
 
-    const auto contents = make_checkpoint(s.tensors, floats);
+    const auto contents = make_checkpoint(s.tensors, elements, s.dtype);
+    const auto grads = ruda::gradients_params::from_record<cpu>(contents.gradients(), {}).value();
 
+    std::vector<double> fresh_copy_times;
+    std::vector<double> reused_copy_times;
+    std::vector<double> snapshot_times;
     std::vector<double> raw_write_times;
     std::vector<double> save_times;
     std::vector<double> raw_read_times;
     std::vector<double> load_times;
     std::size_t sink = 0;
-    std::vector<std::uint8_t> read_buffer(s.tensors * tensor_bytes, 1); // mapped before timing
+    std::vector<std::vector<std::uint8_t>> reused;
+    sink += copy_all(contents.gradients(), reused, true); // sized and mapped before timing
+    std::vector<std::uint8_t> read_buffer(s.tensors * tensor_bytes, 1);
     // Each write starts on a quiet disk: the previous file removed and everything synced
     // (removals and discards included) outside the timing. The order alternates.
     const auto quiet = [](const fs::path& path) {
@@ -263,6 +319,19 @@ int main(int argc, char** argv)
         }));
     };
     for (int r = 0; r < s.reps; ++r) {
+        {
+            std::vector<std::vector<std::uint8_t>> fresh;
+            fresh_copy_times.push_back(
+                seconds([&] { sink += copy_all(contents.gradients(), fresh, true); }));
+        } // freed outside the timing, like the snapshot below
+        reused_copy_times.push_back(
+            seconds([&] { sink += copy_all(contents.gradients(), reused, false); }));
+        std::optional<ruda::gradients_params_record> snapshot;
+        snapshot_times.push_back(
+            seconds([&] { snapshot.emplace(bench::run(grads.to_record_async<cpu>())); }));
+        sink += snapshot->entries().size();
+        snapshot.reset();
+
         if (r % 2 == 0) {
             time_raw_write();
             time_save();
@@ -272,36 +341,45 @@ int main(int argc, char** argv)
         }
         raw_read_times.push_back(
             seconds([&] { sink += raw_read(raw_path, read_buffer, s.tensors, tensor_bytes); }));
-        std::optional<ruda::checkpoint> loaded;
+        std::optional<ruda::gradients_params> restored;
         load_times.push_back(seconds([&] {
-            auto c = ruda::load_checkpoint_file(saved_path);
-            if (!c) {
-                std::fprintf(stderr, "load: %s\n", c.error().message().c_str());
+            auto loaded = ruda::load_checkpoint_file(saved_path);
+            if (!loaded) {
+                std::fprintf(stderr, "load: %s\n", loaded.error().message().c_str());
                 std::exit(1);
             }
-            loaded.emplace(std::move(c).value());
+            restored.emplace(ruda::gradients_params::from_record<cpu>(
+                                 std::move(loaded).value().gradients(), {})
+                                 .value());
         }));
-        sink += loaded->gradients().entries().size();
+        sink += restored->size();
     }
     const double file_bytes = static_cast<double>(fs::file_size(saved_path));
-
+    const double raw_file_bytes = static_cast<double>(fs::file_size(raw_path));
 
     const double gib = 1024.0 * 1024.0 * 1024.0;
     const auto gbs = [&](double t) { return record_bytes / t / 1e9; };
+    const double snapshot_ratio = median(fresh_copy_times) / median(snapshot_times);
     const double save_ratio = median(raw_write_times) / median(save_times);
     const double load_ratio = median(raw_read_times) / median(load_times);
-    std::printf("## %zu tensors x %zu MiB f32 (%.2f GiB record, %.2f MiB file), median of %d, "
-                "in %s\n\n",
-                s.tensors, s.mib_per_tensor, record_bytes / gib, file_bytes / (1 << 20), s.reps,
-                dir.c_str());
+    std::printf("## %zu tensors x %zu %s (%.3f GiB record, %.2f MiB file), median of %d, in %s\n\n",
+                s.tensors, elements, ruda::to_string(s.dtype).c_str(), record_bytes / gib,
+                file_bytes / (1 << 20), s.reps, dir.c_str());
     std::printf("| operation | median ms | GB/s | ratio to baseline |\n|---|---:|---:|---:|\n");
+    std::printf("| memcpy into fresh buffers (baseline) | %.2f | %.2f | 1.00x |\n",
+                median(fresh_copy_times) * 1e3, gbs(median(fresh_copy_times)));
+    std::printf("| memcpy into reused buffers | %.2f | %.2f | %.2fx |\n",
+                median(reused_copy_times) * 1e3, gbs(median(reused_copy_times)),
+                median(fresh_copy_times) / median(reused_copy_times));
+    std::printf("| to_record_async (snapshot) | %.2f | %.2f | %.2fx |\n",
+                median(snapshot_times) * 1e3, gbs(median(snapshot_times)), snapshot_ratio);
     std::printf("| raw write() + fsync (baseline) | %.1f | %.2f | 1.00x |\n",
                 median(raw_write_times) * 1e3, gbs(median(raw_write_times)));
     std::printf("| save_checkpoint_file (checksums, fsync, rename, dir fsync) | %.1f | %.2f | %.2fx |\n",
                 median(save_times) * 1e3, gbs(median(save_times)), save_ratio);
     std::printf("| raw read() into a reused buffer + memcpy into fresh buffers (baseline) | %.1f | %.2f | 1.00x |\n",
                 median(raw_read_times) * 1e3, gbs(median(raw_read_times)));
-    std::printf("| load_checkpoint_file (frame, checksums, validation) | %.1f | %.2f | %.2fx |\n\n",
+    std::printf("| load_checkpoint_file + from_record (checksums, validation, restore) | %.1f | %.2f | %.2fx |\n\n",
                 median(load_times) * 1e3, gbs(median(load_times)), load_ratio);
 
     const double record_mib = record_bytes / (1 << 20);
@@ -313,6 +391,25 @@ int main(int argc, char** argv)
     std::printf("| load (into a fresh record) | %.1f | %.1f | %.1f | - |\n", load_rss.before_mib,
                 load_rss.peak_mib, load_rss.peak_mib - record_mib);
     std::printf("\n(checksum %zu)\n", sink);
+
+    if (s.json) {
+        bench::figures f;
+        f.add("record_bytes", record_bytes);
+        f.add("file_bytes", file_bytes);
+        f.add("raw_file_bytes", raw_file_bytes);
+        f.add("memcpy_fresh_s", median(fresh_copy_times));
+        f.add("memcpy_reused_s", median(reused_copy_times));
+        f.add("snapshot_s", median(snapshot_times));
+        f.add("raw_write_s", median(raw_write_times));
+        f.add("save_s", median(save_times));
+        f.add("raw_read_s", median(raw_read_times));
+        f.add("load_s", median(load_times));
+        f.add("save_rss_before_mib", save_rss.before_mib);
+        f.add("save_rss_peak_mib", save_rss.peak_mib);
+        f.add("load_rss_before_mib", load_rss.before_mib);
+        f.add("load_rss_peak_mib", load_rss.peak_mib);
+        f.write(*s.json);
+    }
 
     std::error_code ignored;
     fs::remove_all(dir, ignored);

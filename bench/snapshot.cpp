@@ -4,13 +4,15 @@
 //       bytes into freshly allocated buffers, the least any host-owned snapshot must do;
 //   (b) many small tensors on cpu_backend (100,000 x 16 f32): microseconds per tensor, the
 //       runtime's own cost, with a bare copy of each tensor as the floor;
-//   (c) async_backend with 2 ms per read (256 tensors): wall time with the default options
-//       against the reference implementation's loop, which awaits one read at a time.
-// Baselines and snapshots alternate; figures are medians. --check fails when (a) is under
-// 0.8x, (b) over 2 us per tensor, or (c) under 6x.
+//   (c) async_backend with 2 ms per read (256 tensors): wall time with the default options,
+//       and with windows of 1, 4, 16 and 64 reads in flight (--windows), against the reference
+//       implementation's loop, which awaits one read at a time.
+// Baselines and snapshots alternate; figures are medians. --json writes the figures for
+// bench/run. --check fails when (a) is under 0.8x, (b) over 2 us per tensor, or (c) with the
+// defaults under 6x.
 //
 //   snapshot [--tensors N] [--mib-per-tensor N] [--small N] [--device-tensors N]
-//            [--latency-ms N] [--reps N] [--check]
+//            [--latency-ms N] [--windows N,N,...] [--reps N] [--json PATH] [--check]
 #include "bench_util.hpp"
 
 #include <ruda/ruda.hpp>
@@ -80,9 +82,30 @@ struct settings {
     std::size_t small = 100000;
     std::size_t device_tensors = 256;
     long latency_ms = 2;
+    std::vector<std::size_t> windows{1, 4, 16, 64};
     int reps = 5;
+    std::optional<std::string> json;
     bool check = false;
 };
+
+// "1,4,16" -> {1, 4, 16}; empty when any item is not a positive number.
+std::vector<std::size_t> parse_list(const std::string& text)
+{
+    std::vector<std::size_t> out;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+        const std::size_t end = std::min(text.find(',', start), text.size());
+        const std::string item = text.substr(start, end - start);
+        char* rest = nullptr;
+        const unsigned long value = std::strtoul(item.c_str(), &rest, 10);
+        if (item.empty() || *rest != '\0' || value == 0) {
+            return {};
+        }
+        out.push_back(value);
+        start = end + 1;
+    }
+    return out;
+}
 
 bool parse(int argc, char** argv, settings& s)
 {
@@ -99,8 +122,12 @@ bool parse(int argc, char** argv, settings& s)
             s.device_tensors = std::strtoul(argv[++i], nullptr, 10);
         } else if (arg == "--latency-ms" && has_value) {
             s.latency_ms = std::strtol(argv[++i], nullptr, 10);
+        } else if (arg == "--windows" && has_value) {
+            s.windows = parse_list(argv[++i]);
         } else if (arg == "--reps" && has_value) {
             s.reps = std::atoi(argv[++i]);
+        } else if (arg == "--json" && has_value) {
+            s.json = argv[++i];
         } else if (arg == "--check") {
             s.check = true;
         } else {
@@ -108,7 +135,7 @@ bool parse(int argc, char** argv, settings& s)
         }
     }
     return s.tensors > 0 && s.mib_per_tensor > 0 && s.small > 0 && s.device_tensors > 0 &&
-           s.latency_ms >= 0 && s.reps >= 1;
+           s.latency_ms >= 0 && !s.windows.empty() && s.reps >= 1;
 }
 
 } // namespace
@@ -119,7 +146,8 @@ int main(int argc, char** argv)
     if (!parse(argc, argv, s)) {
         std::fprintf(stderr,
                      "usage: %s [--tensors N] [--mib-per-tensor N] [--small N] "
-                     "[--device-tensors N] [--latency-ms N] [--reps N] [--check]\n",
+                     "[--device-tensors N] [--latency-ms N] [--windows N,N,...] [--reps N] "
+                     "[--json PATH] [--check]\n",
                      argv[0]);
         return 2;
     }
@@ -201,14 +229,24 @@ int main(int argc, char** argv)
     const int device_reps = std::min(s.reps, 3);
     std::vector<double> serial_times;
     std::vector<double> windowed_times;
+    std::vector<std::vector<double>> window_times(s.windows.size());
+    std::vector<std::size_t> window_peaks(s.windows.size());
     std::size_t peak = 0;
+    // One snapshot with `options`; returns the most reads that were in flight at once.
+    const auto time_snapshot = [&](std::vector<double>& times, ruda::snapshot_options options) {
+        device.reset_peak();
+        times.push_back(seconds([&] {
+            sink += run(on_device.to_record_async<gpu>(std::move(options))).entries().size();
+        }));
+        return device.stats().peak_in_flight;
+    };
     for (int r = 0; r < device_reps; ++r) {
         serial_times.push_back(seconds([&] { sink += run(one_read_at_a_time(on_device)).size(); }));
-        device.reset_peak();
-        windowed_times.push_back(seconds([&] {
-            sink += run(on_device.to_record_async<gpu>()).entries().size();
-        }));
-        peak = std::max(peak, device.stats().peak_in_flight);
+        peak = std::max(peak, time_snapshot(windowed_times, {}));
+        for (std::size_t w = 0; w < s.windows.size(); ++w) {
+            window_peaks[w] = std::max(
+                window_peaks[w], time_snapshot(window_times[w], {.max_in_flight = s.windows[w]}));
+        }
     }
     const double serial = median(serial_times);
     const double windowed = median(windowed_times);
@@ -222,7 +260,29 @@ int main(int argc, char** argv)
     std::printf("| to_record_async, defaults (%zu reads, %zu MiB in flight) | %.1f | %zu | %.2fx |\n",
                 defaults.max_in_flight, defaults.max_in_flight_bytes >> 20U, windowed * 1e3, peak,
                 speedup);
+    for (std::size_t w = 0; w < s.windows.size(); ++w) {
+        std::printf("| to_record_async, max_in_flight = %zu | %.1f | %zu | %.2fx |\n", s.windows[w],
+                    median(window_times[w]) * 1e3, window_peaks[w],
+                    serial / median(window_times[w]));
+    }
     std::printf("\n(checksum %zu)\n", sink);
+
+    if (s.json) {
+        bench::figures f;
+        f.add("large_memcpy_fresh_s", median(memcpy_times));
+        f.add("large_snapshot_s", median(large_times));
+        f.add("small_copy_us", copy_us);
+        f.add("small_snapshot_us", async_us);
+        f.add("small_try_to_record_us", sync_us);
+        f.add("device_serial_s", serial);
+        f.add("device_defaults_s", windowed);
+        for (std::size_t w = 0; w < s.windows.size(); ++w) {
+            f.add("device_window_" + std::to_string(s.windows[w]) + "_s", median(window_times[w]));
+            f.add("device_window_" + std::to_string(s.windows[w]) + "_peak",
+                  static_cast<double>(window_peaks[w]));
+        }
+        f.write(*s.json);
+    }
 
     if (s.check) {
         int failed = 0;

@@ -7,8 +7,10 @@
 // checkpoint kept is loaded, restored onto a fresh device and compared with the state as it
 // was when its snapshot was taken, and training resumed from the latest one must end with
 // weights bit-identical to the uninterrupted run. Exits non-zero otherwise.
+// --snapshot-every 0 trains without snapshots (the baseline bench/run compares with); --json
+// writes the run's figures for bench/run.
 //
-//   async_trainer [--steps N] [--snapshot-every N] [--latency-ms N] [--dir DIR]
+//   async_trainer [--steps N] [--snapshot-every N] [--latency-ms N] [--dir DIR] [--json PATH]
 #include "mlp.hpp"
 
 #include <ruda/ruda.hpp>
@@ -40,9 +42,12 @@ namespace fs = std::filesystem;
 
 struct options {
     std::uint64_t steps = 200;
-    std::uint64_t snapshot_every = 10;
+    std::uint64_t snapshot_every = 10; // 0: never
     long latency_ms = 2;
     std::optional<fs::path> dir; // kept when given; a temporary directory otherwise
+    std::optional<std::string> json;
+
+    std::uint64_t report_every() const { return snapshot_every != 0 ? snapshot_every : 10; }
 };
 
 // A checkpoint on its way to disk: where training stood and the model, copied when its
@@ -127,7 +132,8 @@ boost::asio::awaitable<void> train(const mlp::config& c, const options& opts, ch
         mlp::publish_gradients<gpu>(m, grads, device);
 
         const std::uint64_t current = at.step + 1; // the step this window completes
-        if (current % opts.snapshot_every == 0 && at.micro_batch == c.accumulate / 2) {
+        if (opts.snapshot_every != 0 && current % opts.snapshot_every == 0 &&
+            at.micro_batch == c.accumulate / 2) {
             const auto t0 = clock_type::now();
             co_await wait_idle(shared); // at most one checkpoint in flight
             ruda::checkpoint state;     // the position and the weights, as they are now
@@ -148,7 +154,7 @@ boost::asio::awaitable<void> train(const mlp::config& c, const options& opts, ch
             blocked += clock_type::now() - t0;
         }
         if (at.micro_batch == 0) { // a step just completed
-            if (at.step % opts.snapshot_every == 0) {
+            if (at.step % opts.report_every() == 0) {
                 const double wall = std::chrono::duration<double>(clock_type::now() - start).count();
                 const double blocked_ms = std::chrono::duration<double, std::milli>(blocked).count();
                 std::printf("| %llu | %.5f | %llu | %llu | %.3f | %.3f |\n",
@@ -277,6 +283,26 @@ int verify(const mlp::config& c, const options& opts, const checkpoints& shared,
     return failures + (exact ? 0 : 1);
 }
 
+// The run's figures as one flat JSON object, for bench/run.
+void write_figures(const fs::path& path, std::uint64_t steps, std::uint64_t snapshots,
+                   const run_report& report)
+{
+    std::FILE* out = std::fopen(path.c_str(), "w");
+    if (out == nullptr) {
+        std::perror(path.c_str());
+        std::exit(1);
+    }
+    std::fprintf(out,
+                 "{\n  \"steps\": %llu,\n  \"snapshots\": %llu,\n  \"wall_s\": %.9g,\n"
+                 "  \"blocked_s\": %.9g\n}\n",
+                 static_cast<unsigned long long>(steps), static_cast<unsigned long long>(snapshots),
+                 report.wall_seconds, report.blocked_seconds);
+    if (std::fclose(out) != 0) {
+        std::perror(path.c_str());
+        std::exit(1);
+    }
+}
+
 std::optional<options> parse(int argc, char** argv)
 {
     options opts;
@@ -291,11 +317,13 @@ std::optional<options> parse(int argc, char** argv)
             opts.latency_ms = std::strtol(argv[++i], nullptr, 10);
         } else if (arg == "--dir" && has_value) {
             opts.dir = argv[++i];
+        } else if (arg == "--json" && has_value) {
+            opts.json = argv[++i];
         } else {
             return std::nullopt;
         }
     }
-    if (opts.steps == 0 || opts.snapshot_every == 0 || opts.snapshot_every > opts.steps ||
+    if (opts.steps == 0 || opts.snapshot_every > opts.steps ||
         opts.latency_ms < 0) {
         return std::nullopt;
     }
@@ -309,8 +337,8 @@ int main(int argc, char** argv)
     const auto opts = parse(argc, argv);
     if (!opts) {
         std::fprintf(stderr,
-                     "usage: %s [--steps N] [--snapshot-every N (1..steps)] [--latency-ms N] "
-                     "[--dir DIR]\n",
+                     "usage: %s [--steps N] [--snapshot-every N (0..steps)] [--latency-ms N] "
+                     "[--dir DIR] [--json PATH]\n",
                      argv[0]);
         return 2;
     }
@@ -345,7 +373,14 @@ int main(int argc, char** argv)
             }
         });
         io.run();
-        failures += verify(c, *opts, shared, report);
+        if (opts->snapshot_every != 0) {
+            failures += verify(c, *opts, shared, report);
+        } else {
+            std::printf("\ntraining without snapshots: %.3f s\n", report.wall_seconds);
+        }
+        if (opts->json) {
+            write_figures(*opts->json, opts->steps, shared.taken, report);
+        }
     }
     if (!opts->dir) {
         std::error_code ignored;

@@ -1,0 +1,141 @@
+// bench/torch_peer: what a C++ trainer does without ruda, with Debian's libtorch, on the same
+// tensors as bench/checkpoint (tensor i holds i + k * 0.001 at index k, made in f32):
+//   snapshot: clone() of every tensor;
+//   save: torch::save of the tensor list, alone and followed by an fsync of the file
+//   (torch::save does not sync; a checkpoint that must survive a crash needs it);
+//   load: torch::load of the list (torch checks no checksum).
+// Each save starts on a quiet disk, as in bench/checkpoint. Figures are medians; --json writes
+// them for bench/run.
+//
+//   torch_peer [--tensors N] [--elements N] [--dtype f32|bf16] [--reps N] [--dir DIR]
+//              [--json PATH]
+#include "bench_util.hpp"
+
+#include <torch/torch.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using bench::median;
+using bench::seconds;
+namespace fs = std::filesystem;
+
+struct settings {
+    std::size_t tensors = 64;
+    std::size_t elements = std::size_t{1} << 20U;
+    torch::Dtype dtype = torch::kFloat;
+    int reps = 5;
+    fs::path dir = ".";
+    std::optional<std::string> json;
+};
+
+bool parse(int argc, char** argv, settings& s)
+{
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        const bool has_value = i + 1 < argc;
+        if (arg == "--tensors" && has_value) {
+            s.tensors = std::strtoul(argv[++i], nullptr, 10);
+        } else if (arg == "--elements" && has_value) {
+            s.elements = std::strtoul(argv[++i], nullptr, 10);
+        } else if (arg == "--dtype" && has_value) {
+            const std::string name = argv[++i];
+            if (name != "f32" && name != "bf16") {
+                return false;
+            }
+            s.dtype = name == "f32" ? torch::kFloat : torch::kBFloat16;
+        } else if (arg == "--reps" && has_value) {
+            s.reps = std::atoi(argv[++i]);
+        } else if (arg == "--dir" && has_value) {
+            s.dir = argv[++i];
+        } else if (arg == "--json" && has_value) {
+            s.json = argv[++i];
+        } else {
+            return false;
+        }
+    }
+    return s.tensors > 0 && s.elements > 0 && s.reps >= 1;
+}
+
+void fsync_file(const fs::path& path)
+{
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::fsync(fd) != 0 || ::close(fd) != 0) {
+        std::perror(("fsync " + path.string()).c_str());
+        std::exit(1);
+    }
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    settings s;
+    if (!parse(argc, argv, s)) {
+        std::fprintf(stderr,
+                     "usage: %s [--tensors N] [--elements N] [--dtype f32|bf16] [--reps N] "
+                     "[--dir DIR] [--json PATH]\n",
+                     argv[0]);
+        return 2;
+    }
+    std::vector<torch::Tensor> grads;
+    for (std::size_t i = 0; i < s.tensors; ++i) {
+        const auto k = torch::arange(static_cast<std::int64_t>(s.elements), torch::kFloat);
+        grads.push_back((k * 1e-3F + static_cast<float>(i)).to(s.dtype));
+    }
+    const fs::path path = s.dir / "torch-cpp.pt";
+    std::vector<double> clone_times;
+    std::vector<double> save_times;
+    std::vector<double> durable_times; // save + fsync
+    std::vector<double> load_times;
+    double sink = 0;
+    for (int r = 0; r < s.reps; ++r) {
+        {
+            std::vector<torch::Tensor> copies;
+            clone_times.push_back(seconds([&] {
+                copies.reserve(grads.size());
+                for (const auto& g : grads) {
+                    copies.push_back(g.clone());
+                }
+            }));
+            sink += copies.back()[1].item<double>();
+        } // freed outside the timing
+        fs::remove(path);
+        ::sync();
+        save_times.push_back(seconds([&] { torch::save(grads, path.string()); }));
+        durable_times.push_back(save_times.back() + seconds([&] { fsync_file(path); }));
+        std::vector<torch::Tensor> loaded;
+        load_times.push_back(seconds([&] { torch::load(loaded, path.string()); }));
+        if (loaded.size() != grads.size() || !torch::equal(loaded.back(), grads.back())) {
+            std::fprintf(stderr, "torch::load gave back other tensors\n");
+            return 1;
+        }
+        sink += static_cast<double>(loaded.size());
+    }
+    const double file_bytes = static_cast<double>(fs::file_size(path));
+    fs::remove(path);
+    std::printf("torch_peer (libtorch %s): clone %.2f ms, torch::save %.1f ms (with fsync %.1f ms), "
+                "torch::load %.1f ms, file %.2f MiB, median of %d (checksum %g)\n",
+                TORCH_VERSION, median(clone_times) * 1e3, median(save_times) * 1e3,
+                median(durable_times) * 1e3, median(load_times) * 1e3, file_bytes / (1 << 20),
+                s.reps, sink);
+    if (s.json) {
+        bench::figures f;
+        f.add("clone_s", median(clone_times));
+        f.add("save_s", median(save_times));
+        f.add("save_fsync_s", median(durable_times));
+        f.add("load_s", median(load_times));
+        f.add("file_bytes", file_bytes);
+        f.write(*s.json);
+    }
+    return 0;
+}
