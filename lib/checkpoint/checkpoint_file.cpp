@@ -339,8 +339,17 @@ result<checkpoint> checkpoint_reader::load(const checkpoint_load_options& option
             BOOST_OUTCOME_TRY(check_padding(cursor, r->payload->offset));
         }
         r->bytes.resize(static_cast<std::size_t>(r->payload->length));
-        BOOST_OUTCOME_TRY(read(r->bytes.data(), r->bytes.size(), r->payload->offset));
-        if (options.verify_checksums && detail::checksum(r->bytes) != r->payload->checksum) {
+        // In pieces, each hashed right after it arrives, while it is still in the CPU's cache.
+        detail::running_checksum sum;
+        for (std::size_t done = 0; done < r->bytes.size();) {
+            const std::size_t n = std::min(r->bytes.size() - done, direct_size);
+            BOOST_OUTCOME_TRY(read(r->bytes.data() + done, n, r->payload->offset + done));
+            if (options.verify_checksums) {
+                sum.update({r->bytes.data() + done, n});
+            }
+            done += n;
+        }
+        if (options.verify_checksums && sum.digest() != r->payload->checksum) {
             return mismatch(r->entry != nullptr
                                 ? "the gradient of parameter " + std::to_string(r->entry->id)
                                 : "section " + r->section->name);
