@@ -3,6 +3,7 @@
 #include <ruda/backend/async_device.hpp>
 #include <ruda/runtime/blocking_scope.hpp>
 #include <ruda/runtime/detail/post_completion.hpp>
+#include <ruda/tensor/detail/host_buffer.hpp>
 
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/cancellation_type.hpp>
@@ -183,7 +184,9 @@ private:
             if (op->inject_fault) {
                 finish(op, make_error_code(errc::read_failed));
             } else {
-                finish(op, {}, tensor_data{*op->source});
+                const tensor_data& source = *op->source;
+                finish(op, {}, tensor_data{detail::host_buffer_copy(source.bytes()),
+                                           source.shape(), source.dtype()});
             }
         });
     }

@@ -1,6 +1,7 @@
 // The host backend's reads, uploads and casts.
 #include <ruda/backend/cpu_backend.hpp>
 #include <ruda/backend/detail/backend_checks.hpp>
+#include <ruda/tensor/detail/host_buffer.hpp>
 
 #include <utility>
 
@@ -14,7 +15,8 @@ boost::asio::awaitable<result<tensor_data>> read_host(std::shared_ptr<const tens
     if (cancelled) {
         co_return error{errc::cancelled, "cpu backend: read cancelled"};
     }
-    tensor_data copy = *storage;
+    tensor_data copy{detail::host_buffer_copy(storage->bytes()), storage->shape(),
+                     storage->dtype()};
     co_return copy;
 }
 

@@ -4,6 +4,7 @@
 #include <ruda/checkpoint/detail/durable_writer.hpp>
 #include <ruda/checkpoint/detail/frame.hpp>
 #include <ruda/optim/validate_record.hpp>
+#include <ruda/tensor/detail/host_buffer.hpp>
 #include <ruda/version.hpp>
 
 #include <fcntl.h>
@@ -338,7 +339,7 @@ result<checkpoint> checkpoint_reader::load(const checkpoint_load_options& option
         if (full) {
             BOOST_OUTCOME_TRY(check_padding(cursor, r->payload->offset));
         }
-        r->bytes.resize(static_cast<std::size_t>(r->payload->length));
+        r->bytes = detail::host_buffer(static_cast<std::size_t>(r->payload->length));
         // In pieces, each hashed right after it arrives, while it is still in the CPU's cache.
         detail::running_checksum sum;
         for (std::size_t done = 0; done < r->bytes.size();) {

@@ -1,8 +1,10 @@
 // tensor_data: unchecked and typed construction, checked element counts and typed views.
+#include <ruda/tensor/detail/host_buffer.hpp>
 #include <ruda/tensor/tensor_data.hpp>
 
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <limits>
 
 using ruda::errc;
@@ -107,6 +109,24 @@ BOOST_AUTO_TEST_CASE(equality_and_moving_bytes_out)
     BOOST_TEST(!(a == ruda::tensor_data(a.bytes(), {2}, ruda::dtype::u16())));
     auto bytes = std::move(b).into_bytes();
     BOOST_TEST(bytes == (std::vector<std::uint8_t>{1, 0, 0xFF, 0xFF}));
+}
+
+// Host buffers for snapshot copies and checkpoint payloads: below and above the size where
+// their pages are mapped in one call, and at sizes that are not whole pages.
+BOOST_AUTO_TEST_CASE(host_buffers_are_zeroed_or_exact_copies)
+{
+    for (const std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{4097},
+                                   (std::size_t{1} << 20U) + 3, std::size_t{3} << 20U}) {
+        const auto zeros = ruda::detail::host_buffer(size);
+        BOOST_TEST(zeros.size() == size);
+        BOOST_TEST(std::all_of(zeros.begin(), zeros.end(), [](std::uint8_t b) { return b == 0; }));
+
+        std::vector<std::uint8_t> source(size);
+        for (std::size_t i = 0; i < size; ++i) {
+            source[i] = static_cast<std::uint8_t>(i * 131 + 7);
+        }
+        BOOST_TEST((ruda::detail::host_buffer_copy(source) == source));
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
