@@ -64,8 +64,8 @@ BOOST_AUTO_TEST_CASE(models_the_backend_concept)
 BOOST_AUTO_TEST_CASE(a_read_resumes_on_the_readers_executor)
 {
     const ruda::test::watchdog guard{"a_read_resumes_on_the_readers_executor"};
-    const ruda::async_device device{{.latency = 2ms}};
     boost::asio::io_context io;
+    const ruda::async_device device{{.latency = 2ms}};
     auto where = ruda::test::run_to_end(io, resumes_on_reader(tensor_of(device, 8), device));
     BOOST_REQUIRE(where.has_value());
     BOOST_REQUIRE(*where);
@@ -75,9 +75,9 @@ BOOST_AUTO_TEST_CASE(a_read_resumes_on_the_readers_executor)
 BOOST_AUTO_TEST_CASE(latency_and_bandwidth_set_the_transfer_time)
 {
     const ruda::test::watchdog guard{"latency_and_bandwidth_set_the_transfer_time"};
+    boost::asio::io_context io;
     // 40 000 bytes at 1 MB/s is 40 ms, plus 10 ms latency.
     const ruda::async_device device{{.latency = 10ms, .bytes_per_second = 1e6}};
-    boost::asio::io_context io;
     const auto start = std::chrono::steady_clock::now();
     auto data = ruda::test::run_to_end(io, gpu::float_into_data(tensor_of(device, 10000)));
     BOOST_TEST((std::chrono::steady_clock::now() - start >= 50ms));
@@ -92,9 +92,9 @@ BOOST_AUTO_TEST_CASE(latency_and_bandwidth_set_the_transfer_time)
 BOOST_AUTO_TEST_CASE(reads_beyond_the_transfer_limit_queue)
 {
     const ruda::test::watchdog guard{"reads_beyond_the_transfer_limit_queue"};
+    boost::asio::io_context io;
     // Two engines, six 20 ms reads: three rounds, so at least 60 ms.
     const ruda::async_device device{{.latency = 20ms, .concurrent_transfers = 2}};
-    boost::asio::io_context io;
     std::vector<std::shared_ptr<ruda::test::spawned<ruda::tensor_data>>> reads;
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < 6; ++i) {
@@ -114,8 +114,8 @@ BOOST_AUTO_TEST_CASE(reads_beyond_the_transfer_limit_queue)
 BOOST_AUTO_TEST_CASE(cancelling_a_queued_or_running_read)
 {
     const ruda::test::watchdog guard{"cancelling_a_queued_or_running_read"};
-    const ruda::async_device device{{.concurrent_transfers = 1, .hang_reads = true}};
     boost::asio::io_context io;
+    const ruda::async_device device{{.concurrent_transfers = 1, .hang_reads = true}};
     boost::asio::cancellation_signal running_cancel;
     boost::asio::cancellation_signal queued_cancel;
     auto running = ruda::test::spawn(io, gpu::float_into_data(tensor_of(device, 1)), &running_cancel);
@@ -164,9 +164,9 @@ BOOST_AUTO_TEST_CASE(destroying_the_device_cancels_pending_reads)
 BOOST_AUTO_TEST_CASE(works_with_other_completion_tokens)
 {
     const ruda::test::watchdog guard{"works_with_other_completion_tokens"};
+    boost::asio::io_context io;
     const ruda::async_device device{{.latency = 1ms}};
     const auto tensor = tensor_of(device, 3);
-    boost::asio::io_context io;
     std::optional<std::size_t> got;
     ruda::async_device_read(tensor.device_state(), tensor.storage().storage(),
                             boost::asio::bind_executor(io, [&](boost::system::error_code ec,
@@ -189,8 +189,8 @@ BOOST_AUTO_TEST_CASE(works_with_other_completion_tokens)
 BOOST_AUTO_TEST_CASE(counters_add_up_under_faults)
 {
     const ruda::test::watchdog guard{"counters_add_up_under_faults"};
-    const ruda::async_device device{{.fail_read = 2}};
     boost::asio::io_context io;
+    const ruda::async_device device{{.fail_read = 2}};
     for (int i = 0; i < 4; ++i) {
         auto read = ruda::test::run_to_end(io, gpu::float_into_data(tensor_of(device, 2)));
         BOOST_REQUIRE(read.has_value());

@@ -310,10 +310,12 @@ BOOST_AUTO_TEST_CASE(async_save_is_staged_then_durable)
     const temp_dir dir;
     counting_ops ops;
     ops.hold_fsync();
+    // Before the manager, so it outlives the writer thread: run_to_end stops running `io` as
+    // soon as the result is in, while the writer may still be returning from its post to it.
+    boost::asio::io_context io;
     ruda::checkpoint_manager manager{dir.path(), {.ops = &ops}};
     const ruda::async_device device{{.latency = 2ms}};
     auto grads = two_gradients(device);
-    boost::asio::io_context io;
     bool staged_before_durable = false;
     auto saved = ruda::test::run_to_end(
         io, save_then_change(manager, grads, device, ops, staged_before_durable));

@@ -128,13 +128,13 @@ BOOST_AUTO_TEST_CASE(concurrent_snapshots_on_a_device_are_point_in_time)
 BOOST_AUTO_TEST_CASE(read_faults_give_an_error_or_a_whole_record)
 {
     const ruda::test::watchdog guard{"read_faults_give_an_error_or_a_whole_record"};
+    boost::asio::io_context io;
     const ruda::async_device device{{.latency = 100us, .concurrent_transfers = 8,
                                      .fail_probability = 0.05, .fault_seed = 77}};
     ruda::gradients_params grads;
     for (std::uint64_t id = 0; id < params; ++id) {
         grads.insert<gpu>(ruda::param_id{id}, version_tensor<gpu>(id, device));
     }
-    boost::asio::io_context io;
     int failed = 0;
     int whole_after_a_failure = 0; // the device stays usable
     for (int k = 0; k < 60; ++k) {

@@ -94,9 +94,9 @@ BOOST_AUTO_TEST_CASE(an_empty_container_gives_an_empty_record)
 BOOST_AUTO_TEST_CASE(holds_exactly_the_handles_present_at_the_call)
 {
     const ruda::test::watchdog guard{"holds_exactly_the_handles_present_at_the_call"};
+    boost::asio::io_context io;
     const ruda::async_device device{{.latency = 5ms, .concurrent_transfers = 2}};
     auto grads = device_grads(device, 6);
-    boost::asio::io_context io;
     auto snapshot = ruda::test::spawn(io, grads.to_record_async<gpu>({.max_in_flight = 2}));
     bool stop = false;
     auto writer = ruda::test::spawn(io, keep_writing(grads, device, stop));
@@ -118,13 +118,13 @@ BOOST_AUTO_TEST_CASE(holds_exactly_the_handles_present_at_the_call)
 BOOST_AUTO_TEST_CASE(the_container_may_die_before_the_reads_run)
 {
     const ruda::test::watchdog guard{"the_container_may_die_before_the_reads_run"};
+    boost::asio::io_context io;
     const ruda::async_device device{{.latency = 1ms}};
     std::optional<boost::asio::awaitable<ruda::result<ruda::gradients_params_record>>> pending;
     {
         const auto grads = device_grads(device, 3);
         pending.emplace(grads.to_record_async<gpu>());
     }
-    boost::asio::io_context io;
     auto record = ruda::test::run_to_end(io, std::move(*pending));
     BOOST_REQUIRE(record.has_value());
     BOOST_REQUIRE(*record);
@@ -134,9 +134,9 @@ BOOST_AUTO_TEST_CASE(the_container_may_die_before_the_reads_run)
 BOOST_AUTO_TEST_CASE(reads_stay_within_max_in_flight)
 {
     const ruda::test::watchdog guard{"reads_stay_within_max_in_flight"};
+    boost::asio::io_context io;
     const ruda::async_device device{{.latency = 1ms, .concurrent_transfers = 64}};
     const auto grads = device_grads(device, 30);
-    boost::asio::io_context io;
     auto record = ruda::test::run_to_end(io, grads.to_record_async<gpu>({.max_in_flight = 3}));
     BOOST_REQUIRE(record.has_value());
     BOOST_REQUIRE(*record);
@@ -147,6 +147,7 @@ BOOST_AUTO_TEST_CASE(reads_stay_within_max_in_flight)
 BOOST_AUTO_TEST_CASE(reads_stay_within_max_in_flight_bytes)
 {
     const ruda::test::watchdog guard{"reads_stay_within_max_in_flight_bytes"};
+    boost::asio::io_context io;
     const ruda::async_device device{{.latency = 1ms, .concurrent_transfers = 64}};
     ruda::gradients_params grads;
     for (std::uint64_t id = 0; id < 12; ++id) {
@@ -154,7 +155,6 @@ BOOST_AUTO_TEST_CASE(reads_stay_within_max_in_flight_bytes)
                           gpu::float_from_data(floats(std::vector<float>(256, 1.0F)), device)
                               .value()); // 1 KiB each
     }
-    boost::asio::io_context io;
     auto record = ruda::test::run_to_end(
         io, grads.to_record_async<gpu>({.max_in_flight = 8, .max_in_flight_bytes = 3 * 1024}));
     BOOST_REQUIRE(record.has_value());
@@ -174,6 +174,7 @@ BOOST_AUTO_TEST_CASE(reads_stay_within_max_in_flight_bytes)
 BOOST_AUTO_TEST_CASE(progress_is_reported_after_each_read)
 {
     const ruda::test::watchdog guard{"progress_is_reported_after_each_read"};
+    boost::asio::io_context io;
     const ruda::async_device device{{.latency = 1ms, .concurrent_transfers = 8}};
     ruda::gradients_params grads;
     std::uint64_t total = 0;
@@ -185,7 +186,6 @@ BOOST_AUTO_TEST_CASE(progress_is_reported_after_each_read)
     }
     std::vector<ruda::snapshot_progress> seen;
     const auto record_progress = [&seen](const ruda::snapshot_progress& p) { seen.push_back(p); };
-    boost::asio::io_context io;
     auto record = ruda::test::run_to_end(
         io, grads.to_record_async<gpu>({.max_in_flight = 4, .on_progress = record_progress}));
     BOOST_REQUIRE(record.has_value());
@@ -215,9 +215,9 @@ BOOST_AUTO_TEST_CASE(progress_is_reported_after_each_read)
 BOOST_AUTO_TEST_CASE(a_failed_read_names_the_parameter_and_returns_no_record)
 {
     const ruda::test::watchdog guard{"a_failed_read_names_the_parameter_and_returns_no_record"};
+    boost::asio::io_context io;
     const ruda::async_device device{{.latency = 1ms, .fail_read = 2}};
     const auto grads = device_grads(device, 5);
-    boost::asio::io_context io;
     auto record = ruda::test::run_to_end(io, grads.to_record_async<gpu>({.max_in_flight = 1}));
     BOOST_REQUIRE(record.has_value());
     BOOST_REQUIRE(!*record);
@@ -242,9 +242,9 @@ BOOST_AUTO_TEST_CASE(a_gradient_of_another_backend_is_an_error)
 BOOST_AUTO_TEST_CASE(cancelling_the_snapshot_cancels_the_reads)
 {
     const ruda::test::watchdog guard{"cancelling_the_snapshot_cancels_the_reads"};
+    boost::asio::io_context io;
     const ruda::async_device device{{.concurrent_transfers = 8, .hang_reads = true}};
     const auto grads = device_grads(device, 20);
-    boost::asio::io_context io;
     boost::asio::cancellation_signal cancel;
     auto out = ruda::test::spawn(io, grads.to_record_async<gpu>(), &cancel);
     BOOST_REQUIRE(ruda::test::run_until(io, [&] { return device.stats().in_flight == 8; }));
@@ -313,9 +313,9 @@ snapshot_awaited(const ruda::gradients_params& grads)
 BOOST_AUTO_TEST_CASE(async_snapshot_takes_any_completion_token)
 {
     const ruda::test::watchdog guard{"async_snapshot_takes_any_completion_token"};
+    boost::asio::io_context io;
     const ruda::async_device device{{.latency = 1ms}};
     const auto grads = device_grads(device, 4);
-    boost::asio::io_context io;
 
     auto awaited = ruda::test::run_to_end(io, snapshot_awaited(grads));
     BOOST_REQUIRE(awaited.has_value());

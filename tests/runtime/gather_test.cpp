@@ -100,6 +100,7 @@ BOOST_AUTO_TEST_SUITE(runtime_gather)
 BOOST_AUTO_TEST_CASE(results_come_back_in_input_order)
 {
     const ruda::test::watchdog guard{"results_come_back_in_input_order"};
+    boost::asio::io_context io;
     // Varied sizes make later reads finish before earlier ones.
     const ruda::async_device device{{.latency = 1ms, .bytes_per_second = 4e6,
                                      .concurrent_transfers = 8}};
@@ -111,7 +112,6 @@ BOOST_AUTO_TEST_CASE(results_come_back_in_input_order)
                               ruda::tensor_data::from_values(std::move(values), {n}).value(), device)
                               .value());
     }
-    boost::asio::io_context io;
     auto all = ruda::test::run_to_end(io, read_all(tensors, 8));
     BOOST_REQUIRE(all.has_value());
     BOOST_REQUIRE(*all);
@@ -126,8 +126,8 @@ BOOST_AUTO_TEST_CASE(peak_in_flight_never_exceeds_the_window)
 {
     const ruda::test::watchdog guard{"peak_in_flight_never_exceeds_the_window"};
     for (const std::size_t window : {1U, 3U, 5U, 16U}) {
-        const ruda::async_device device{{.latency = 1ms, .concurrent_transfers = 64}};
         boost::asio::io_context io;
+        const ruda::async_device device{{.latency = 1ms, .concurrent_transfers = 64}};
         auto all = ruda::test::run_to_end(io, read_all(device_tensors(device, 40), window));
         BOOST_REQUIRE(all.has_value());
         BOOST_REQUIRE(*all);
@@ -182,10 +182,10 @@ BOOST_AUTO_TEST_CASE(the_weight_budget_bounds_what_is_in_flight)
 BOOST_AUTO_TEST_CASE(cancelling_a_gather_with_parked_workers)
 {
     const ruda::test::watchdog guard{"cancelling_a_gather_with_parked_workers"};
+    boost::asio::io_context io;
     // Each read weighs 1; a budget of 2 parks six of the eight workers behind two hung reads.
     const ruda::async_device device{{.concurrent_transfers = 64, .hang_reads = true}};
     const auto tensors = device_tensors(device, 30);
-    boost::asio::io_context io;
     boost::asio::cancellation_signal cancel;
     const auto weight = [](std::size_t) { return std::size_t{1}; };
     const auto read = [&tensors](std::size_t i) {
@@ -209,9 +209,9 @@ BOOST_AUTO_TEST_CASE(cancelling_a_gather_with_parked_workers)
 BOOST_AUTO_TEST_CASE(the_window_is_filled)
 {
     const ruda::test::watchdog guard{"the_window_is_filled"};
+    boost::asio::io_context io;
     // Hung reads cannot finish, so every worker must have issued one before anything ends.
     const ruda::async_device device{{.concurrent_transfers = 64, .hang_reads = true}};
-    boost::asio::io_context io;
     boost::asio::cancellation_signal cancel;
     auto out = ruda::test::spawn(io, read_all(device_tensors(device, 40), 6), &cancel);
     BOOST_REQUIRE(ruda::test::run_until(io, [&] { return device.stats().in_flight == 6; }));
@@ -223,8 +223,8 @@ BOOST_AUTO_TEST_CASE(the_window_is_filled)
 BOOST_AUTO_TEST_CASE(cancelling_the_gather_cancels_reads_in_flight)
 {
     const ruda::test::watchdog guard{"cancelling_the_gather_cancels_reads_in_flight"};
-    const ruda::async_device device{{.concurrent_transfers = 16, .hang_reads = true}};
     boost::asio::io_context io;
+    const ruda::async_device device{{.concurrent_transfers = 16, .hang_reads = true}};
     boost::asio::cancellation_signal cancel;
     auto out = ruda::test::spawn(io, read_all(device_tensors(device, 100), 4), &cancel);
     BOOST_REQUIRE(ruda::test::run_until(io, [&] { return device.stats().in_flight == 4; }));
@@ -243,10 +243,10 @@ BOOST_AUTO_TEST_CASE(cancelling_the_gather_cancels_reads_in_flight)
 BOOST_AUTO_TEST_CASE(an_injected_fault_fails_the_gather_and_cancels_the_rest)
 {
     const ruda::test::watchdog guard{"an_injected_fault_fails_the_gather_and_cancels_the_rest"};
+    boost::asio::io_context io;
     // Read 3 fails after 1 ms; the others would take 10 s, so only cancellation ends them.
     const ruda::async_device device{{.latency = 10s, .concurrent_transfers = 16, .fail_read = 3}};
     const ruda::async_device fast{{.latency = 1ms, .fail_read = 3}};
-    boost::asio::io_context io;
     auto failed = ruda::test::run_to_end(io, read_all(device_tensors(fast, 10), 1));
     BOOST_REQUIRE(failed.has_value());
     BOOST_REQUIRE(!*failed);
@@ -270,9 +270,9 @@ BOOST_AUTO_TEST_CASE(seeded_fault_probability_is_reproducible)
 {
     const ruda::test::watchdog guard{"seeded_fault_probability_is_reproducible"};
     const auto failures = [](std::uint64_t seed) {
+        boost::asio::io_context io;
         const ruda::async_device device{{.fail_probability = 0.25, .fault_seed = seed}};
         auto tensors = device_tensors(device, 200);
-        boost::asio::io_context io;
         std::vector<bool> failed;
         for (const auto& tensor : tensors) {
             auto one = ruda::test::run_to_end(io, ruda::async_backend::float_into_data(tensor));
@@ -331,8 +331,8 @@ BOOST_AUTO_TEST_CASE(empty_and_zero_window)
 BOOST_AUTO_TEST_CASE(runs_on_a_multithreaded_executor)
 {
     const ruda::test::watchdog guard{"runs_on_a_multithreaded_executor"};
-    const ruda::async_device device{{.latency = 1ms, .concurrent_transfers = 8}};
     boost::asio::io_context io{2};
+    const ruda::async_device device{{.latency = 1ms, .concurrent_transfers = 8}};
     auto out = ruda::test::spawn(io, read_all(device_tensors(device, 64), 8));
     auto work = boost::asio::make_work_guard(io);
     std::thread second{[&] { io.run(); }};

@@ -94,7 +94,9 @@ std::shared_ptr<spawned<T>> spawn(boost::asio::io_context& io,
     return out;
 }
 
-/// Runs `io` until `done()` holds or `limit` passes; returns whether `done()` holds.
+/// Runs `io` until `done()` holds or `limit` passes; returns whether `done()` holds. It stops
+/// as soon as `done()` holds, while a device's or a manager's thread may still be returning
+/// from its post to `io`: declare `io` before them, so it is destroyed after them.
 inline bool run_until(boost::asio::io_context& io, const std::function<bool()>& done,
                       std::chrono::milliseconds limit = std::chrono::milliseconds(10000))
 {
