@@ -137,7 +137,9 @@ public:
     /// Snapshots `grads` (handles captured by this call, like `to_record_async<B>`) into
     /// `state`'s gradients and completes the token with `void(result<pending_save>)` once the
     /// record is in host memory (staged); the write then runs on the manager's writer thread.
-    /// `state`'s sections are taken as they are now. The manager must outlive the save.
+    /// `state`'s sections are taken as they are now. The manager must outlive the save, and
+    /// the token's execution context the manager (or be run until it runs out of work): the
+    /// writer thread may still be returning from its post of a completion after the handler ran.
     template <backend B, class CompletionToken>
     auto async_save(std::uint64_t step, const gradients_params& grads, checkpoint state,
                     snapshot_options options, CompletionToken&& token);
