@@ -355,7 +355,6 @@ int main(int argc, char** argv)
         sink += restored->size();
     }
     const double file_bytes = static_cast<double>(fs::file_size(saved_path));
-    const double raw_file_bytes = static_cast<double>(fs::file_size(raw_path));
 
     const double gib = 1024.0 * 1024.0 * 1024.0;
     const auto gbs = [&](double t) { return record_bytes / t / 1e9; };
@@ -396,7 +395,6 @@ int main(int argc, char** argv)
         bench::figures f;
         f.add("record_bytes", record_bytes);
         f.add("file_bytes", file_bytes);
-        f.add("raw_file_bytes", raw_file_bytes);
         f.add("memcpy_fresh_s", median(fresh_copy_times));
         f.add("memcpy_reused_s", median(reused_copy_times));
         f.add("snapshot_s", median(snapshot_times));

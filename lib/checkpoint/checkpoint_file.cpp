@@ -27,6 +27,17 @@ error in_file(const std::filesystem::path& path, const error& cause)
     return error{cause.code(), "Checkpoint " + path.string() + ": " + cause.message()};
 }
 
+// How messages name a payload.
+std::string payload_name(const checkpoint_entry_info& entry)
+{
+    return "the gradient of parameter " + std::to_string(entry.id);
+}
+
+std::string payload_name(const checkpoint_section_info& section)
+{
+    return "section " + section.name;
+}
+
 // Reads exactly `size` bytes at `offset`.
 result<void> read_at(int fd, const std::filesystem::path& path, std::uint8_t* data,
                      std::size_t size, std::uint64_t offset)
@@ -233,16 +244,14 @@ checkpoint_reader::read_payload(const payload_location& payload, bool verify,
 result<tensor_data> checkpoint_reader::read_entry(const checkpoint_entry_info& entry,
                                                   bool verify) const
 {
-    BOOST_OUTCOME_TRY(auto bytes,
-                      read_payload(entry.payload, verify,
-                                   "the gradient of parameter " + std::to_string(entry.id)));
+    BOOST_OUTCOME_TRY(auto bytes, read_payload(entry.payload, verify, payload_name(entry)));
     return tensor_data{std::move(bytes), entry.shape, entry.stored};
 }
 
 result<std::vector<std::uint8_t>> checkpoint_reader::read_section(
     const checkpoint_section_info& section, bool verify) const
 {
-    return read_payload(section.payload, verify, "section " + section.name);
+    return read_payload(section.payload, verify, payload_name(section));
 }
 
 result<bool> checkpoint_reader::payload_intact(const payload_location& payload) const
@@ -351,9 +360,8 @@ result<checkpoint> checkpoint_reader::load(const checkpoint_load_options& option
             done += n;
         }
         if (options.verify_checksums && sum.digest() != r->payload->checksum) {
-            return mismatch(r->entry != nullptr
-                                ? "the gradient of parameter " + std::to_string(r->entry->id)
-                                : "section " + r->section->name);
+            return mismatch(r->entry != nullptr ? payload_name(*r->entry)
+                                                : payload_name(*r->section));
         }
         cursor = std::max(cursor, r->payload->offset + r->payload->length);
     }
