@@ -29,6 +29,8 @@ public:
         case errc::cancelled: return "cancelled";
         case errc::timed_out: return "timed out";
         case errc::backend_mismatch: return "backend mismatch";
+        case errc::shape_mismatch: return "shape mismatch";
+        case errc::unknown_parameter: return "unknown parameter";
         }
         return "unknown ruda error " + std::to_string(value);
     }

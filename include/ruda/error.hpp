@@ -30,6 +30,8 @@ enum class errc : int {
     cancelled,
     timed_out,
     backend_mismatch,
+    shape_mismatch,
+    unknown_parameter,
 };
 
 } // namespace ruda

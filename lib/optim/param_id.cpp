@@ -1,7 +1,10 @@
-// Random parameter ids and their text form.
+// Random and name-derived parameter ids, and their text form.
 #include <ruda/optim/param_id.hpp>
 
 #include <random>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 namespace ruda {
 
@@ -11,6 +14,11 @@ param_id param_id::generate()
     const std::uint64_t high = device();
     const std::uint64_t low = device();
     return param_id{(high << 32U) | (low & 0xffffffffULL)};
+}
+
+param_id param_id::from_name(std::string_view name) noexcept
+{
+    return param_id{XXH3_64bits(name.data(), name.size())};
 }
 
 std::string to_string(param_id id) { return std::to_string(id.val()); }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 namespace ruda {
 
@@ -16,6 +17,10 @@ public:
 
     /// A fresh id from 8 random bytes (std::random_device).
     [[nodiscard]] static param_id generate();
+
+    /// The id of a named parameter ("layers.0.weight"): XXH3-64 of the name's bytes, the same
+    /// in every process and on every machine, so a checkpoint finds its parameters again.
+    [[nodiscard]] static param_id from_name(std::string_view name) noexcept;
 
     [[nodiscard]] constexpr std::uint64_t val() const noexcept { return value_; }
 

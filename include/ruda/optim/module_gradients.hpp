@@ -1,0 +1,45 @@
+// A torch module's gradients and parameter values as `gradients_params` on `torch_backend`,
+// keyed by `param_id::from_name` of each parameter's name ("0.weight", "fc1.bias"), and the
+// way back into a module. Part of `ruda::torch`.
+//
+//     auto grads = ruda::from_module(model).value();            // every defined .grad()
+//     auto record = co_await grads.to_record_async<ruda::torch_backend>();
+//     ...
+//     auto restored = ruda::gradients_params::from_record<ruda::torch_backend>(record, {});
+//     ruda::restore_gradients(restored.value(), model).value();
+#pragma once
+
+#include <ruda/backend/torch_backend.hpp>
+#include <ruda/error.hpp>
+#include <ruda/optim/gradients_params.hpp>
+
+#include <torch/nn/module.h>
+
+namespace ruda {
+
+/// Every parameter's `.grad()` that is defined (parameters without one are left out), sharing
+/// the module's tensors, not copies. `errc::invalid_dtype` for a gradient torch_backend cannot
+/// read and `errc::duplicate_param_id` when two names hash to one id; each message names the
+/// parameter.
+[[nodiscard]] result<gradients_params> from_module(const torch::nn::Module& module);
+
+/// Sets each parameter's `.grad()` to the gradient under its id and clears (makes undefined)
+/// the gradients of parameters `grads` does not hold, so the module has exactly the gradients
+/// of the snapshot. Everything is checked before the module changes: an id that is no
+/// parameter's (`errc::unknown_parameter`), a quantized or other backend's entry
+/// (`errc::backend_mismatch`), a dtype (`errc::invalid_dtype`) or shape
+/// (`errc::shape_mismatch`) other than the parameter's.
+[[nodiscard]] result<void> restore_gradients(const gradients_params& grads,
+                                             torch::nn::Module& module);
+
+/// The parameter values themselves (detached, sharing the module's storage), for checkpoints
+/// that hold the weights next to the gradients.
+[[nodiscard]] result<gradients_params> parameters_from_module(const torch::nn::Module& module);
+
+/// Copies each value into its parameter, in place and without autograd. Checked first like
+/// `restore_gradients`; every parameter must have a value (`errc::missing_gradient` naming the
+/// first that has none).
+[[nodiscard]] result<void> restore_parameters(const gradients_params& values,
+                                              torch::nn::Module& module);
+
+} // namespace ruda
