@@ -30,7 +30,7 @@ public:
         case errc::timed_out: return "timed out";
         case errc::backend_mismatch: return "backend mismatch";
         case errc::shape_mismatch: return "shape mismatch";
-        case errc::unknown_parameter: return "unknown parameter";
+        case errc::unknown_parameter: return "no such parameter";
         }
         return "unknown ruda error " + std::to_string(value);
     }

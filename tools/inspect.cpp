@@ -3,6 +3,7 @@
 #include "inspect.hpp"
 
 #include <ruda/checkpoint/checkpoint_file.hpp>
+#include <ruda/checkpoint/safetensors.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -16,10 +17,13 @@ namespace {
 
 constexpr const char* usage =
     "usage: ruda-inspect [--json] [--verify] FILE|DIR...\n"
+    "       ruda-inspect --export-safetensors OUT FILE\n"
     "  Lists the gradients (id, dtype, stored dtype, shape, bytes, checksum) and sections of\n"
     "  each checkpoint file (a directory: its *.ruda files).\n"
     "  --json    the same as JSON\n"
-    "  --verify  one line per file; exit 1 unless every file loads completely\n";
+    "  --verify  one line per file; exit 1 unless every file loads completely\n"
+    "  --export-safetensors OUT  writes the gradients of checkpoint FILE to OUT as safetensors,\n"
+    "            each tensor named by its parameter id (after a full, verified load)\n";
 
 struct report {
     std::filesystem::path file;
@@ -204,15 +208,39 @@ std::vector<std::filesystem::path> expand(const std::vector<std::string>& names)
     return files;
 }
 
+// Loads `file` completely (every check a load makes) and writes its gradients to `out_path`.
+int export_safetensors_of(const std::filesystem::path& file, const std::filesystem::path& out_path,
+                          std::ostream& out)
+{
+    auto loaded = load_checkpoint_file(file);
+    if (!loaded) {
+        out << file.string() << ": " << loaded.error().message() << "\n";
+        return 1;
+    }
+    const auto& record = loaded.value().gradients();
+    const auto written = export_safetensors(record, out_path);
+    if (!written) {
+        out << out_path.string() << ": " << written.error().message() << "\n";
+        return 1;
+    }
+    out << out_path.string() << ": " << record.entries().size() << " gradients of "
+        << file.string() << ", " << written.value() << " bytes\n";
+    return 0;
+}
+
 } // namespace
 
 int inspect_main(const std::vector<std::string>& args, std::ostream& out)
 {
     bool json = false;
     bool verify = false;
+    std::optional<std::filesystem::path> export_to;
     std::vector<std::string> names;
-    for (const std::string& arg : args) {
-        if (arg == "--json") {
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& arg = args[i];
+        if (arg == "--export-safetensors" && i + 1 < args.size() && !export_to) {
+            export_to = args[++i];
+        } else if (arg == "--json") {
             json = true;
         } else if (arg == "--verify") {
             verify = true;
@@ -222,6 +250,13 @@ int inspect_main(const std::vector<std::string>& args, std::ostream& out)
         } else {
             names.push_back(arg);
         }
+    }
+    if (export_to) {
+        if (json || verify || names.size() != 1) {
+            out << usage;
+            return 2;
+        }
+        return export_safetensors_of(names.front(), *export_to, out);
     }
     const auto files = expand(names);
     if (files.empty()) {

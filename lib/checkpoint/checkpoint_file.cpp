@@ -38,29 +38,6 @@ std::string payload_name(const checkpoint_section_info& section)
     return "section " + section.name;
 }
 
-// Reads exactly `size` bytes at `offset`.
-result<void> read_at(int fd, const std::filesystem::path& path, std::uint8_t* data,
-                     std::size_t size, std::uint64_t offset)
-{
-    while (size > 0) {
-        const ssize_t n = ::pread(fd, data, size, static_cast<off_t>(offset));
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0) {
-            return io_error_from_errno("read", path);
-        }
-        if (n == 0) {
-            return error{errc::malformed_record, "Checkpoint " + path.string() +
-                                                     ": the file ended early (changed while read?)"};
-        }
-        data += n;
-        size -= static_cast<std::size_t>(n);
-        offset += static_cast<std::uint64_t>(n);
-    }
-    return success();
-}
-
 // Appends a payload at the next aligned offset; where it went and its checksum. Each piece is
 // hashed right before it is written, while it is still in the CPU's cache.
 result<payload_location> append_payload(detail::durable_writer& writer,
@@ -159,7 +136,7 @@ result<void> checkpoint_reader::read_at(std::uint8_t* data, std::size_t size,
         }
         return success();
     }
-    return ruda::read_at(fd_, path_, data, size, offset);
+    return read_exact_at(fd_, path_, data, size, offset);
 }
 
 result<checkpoint_reader> checkpoint_reader::open(const std::filesystem::path& path,

@@ -124,4 +124,26 @@ file_ops& posix_file_ops()
     return ops;
 }
 
+result<void> read_exact_at(int fd, const std::filesystem::path& path, std::uint8_t* data,
+                           std::size_t size, std::uint64_t offset)
+{
+    while (size > 0) {
+        const ssize_t n = ::pread(fd, data, size, static_cast<off_t>(offset));
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            return io_error_from_errno("read", path);
+        }
+        if (n == 0) {
+            return error{errc::malformed_record,
+                         path.string() + ": the file ended early (changed while read?)"};
+        }
+        data += n;
+        size -= static_cast<std::size_t>(n);
+        offset += static_cast<std::uint64_t>(n);
+    }
+    return success();
+}
+
 } // namespace ruda

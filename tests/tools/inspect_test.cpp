@@ -5,6 +5,8 @@
 #include <inspect.hpp>
 
 #include <cereal/archives/json.hpp> // rapidjson, configured as cereal configures it
+#include <ruda/checkpoint/safetensors.hpp>
+
 #include <boost/test/unit_test.hpp>
 
 #include <sstream>
@@ -155,6 +157,44 @@ BOOST_AUTO_TEST_CASE(usage_errors_exit_2)
     BOOST_TEST(inspect({"--verify"}).status == 2);
     BOOST_TEST(inspect({"--frobnicate", "x"}).status == 2);
     BOOST_TEST(contains(inspect({"--help"}).out, "usage: ruda-inspect"));
+    BOOST_TEST(inspect({"--export-safetensors"}).status == 2);
+    BOOST_TEST(inspect({"--export-safetensors", "out", "a", "b"}).status == 2);
+    BOOST_TEST(inspect({"--export-safetensors", "out", "--json", "a"}).status == 2);
+}
+
+BOOST_AUTO_TEST_CASE(export_safetensors_writes_the_gradients_of_a_sound_checkpoint)
+{
+    const temp_dir dir;
+    std::vector<ruda::gradient_entry> floats;
+    const auto full = ruda::test::valid_sample();
+    for (const auto& entry : full.entries()) {
+        if (!entry.dtype.is_quantized()) {
+            floats.push_back(entry);
+        }
+    }
+    const ruda::gradients_params_record record{floats};
+    const auto path = dir / "float.ruda";
+    ruda::save_checkpoint_file(path, ruda::checkpoint{record}).value();
+    const auto out = dir / "float.safetensors";
+    const auto r = inspect({"--export-safetensors", out.string(), path.string()});
+    BOOST_TEST(r.status == 0, r.out);
+    BOOST_TEST(contains(r.out, std::to_string(floats.size()) + " gradients of " + path.string()));
+    const auto back = ruda::import_safetensors(out);
+    BOOST_REQUIRE(back.has_value());
+    BOOST_TEST(back.value().entries().size() == floats.size());
+    BOOST_TEST(back.value().entries().front().data.bytes() == floats.front().data.bytes());
+
+    // A corrupt checkpoint is not exported; one with quantized gradients cannot be.
+    corrupt_first_payload(path);
+    const auto corrupt_out = dir / "corrupt.safetensors";
+    const auto corrupt = inspect({"--export-safetensors", corrupt_out.string(), path.string()});
+    BOOST_TEST(corrupt.status == 1);
+    BOOST_TEST(contains(corrupt.out, "checksum"), corrupt.out);
+    BOOST_TEST(!std::filesystem::exists(corrupt_out));
+    const auto quantized = sample(dir, "q.ruda");
+    const auto q = inspect({"--export-safetensors", (dir / "q.safetensors").string(), quantized.string()});
+    BOOST_TEST(q.status == 1);
+    BOOST_TEST(contains(q.out, "float gradients"), q.out);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

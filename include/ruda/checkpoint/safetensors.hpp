@@ -1,0 +1,54 @@
+// Gradients as safetensors files, the format Python tools (safetensors, numpy, Hugging Face)
+// read: an 8-byte little-endian header length, a JSON header naming each tensor's dtype, shape
+// and byte range, then the tensors' bytes back to back.
+//
+// Export names each tensor by its parameter id in decimal ("7"). Import takes those names
+// back as ids and gives any other name ("fc1.weight") the id `param_id::from_name` gives it,
+// the id `from_module` uses, so a file written by `safetensors.torch.save_file` of a model's
+// gradients restores into the same model in C++.
+#pragma once
+
+#include <ruda/checkpoint/file_ops.hpp>
+#include <ruda/error.hpp>
+#include <ruda/optim/gradients_params_record.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+
+namespace ruda {
+
+struct safetensors_limits {
+    /// The largest JSON header accepted, whatever the file claims (safetensors' own limit).
+    std::uint64_t max_header_bytes = std::uint64_t{100} << 20U;
+};
+
+/// Writes `record` to `path` atomically and durably (temporary file, fsync, rename, directory
+/// fsync), tensors in id order. Each entry's stored data goes out as is; where its original
+/// dtype differs (a flex32 gradient, a record narrowed by a precision setting), the header's
+/// `__metadata__` holds it under "ruda.original_dtype.<id>", so an import restores it.
+/// Gradients are float tensors: F64, F32 (also for flex32), F16 and BF16; other data
+/// (quantized gradients above all, which safetensors has no layout for) is
+/// `errc::invalid_dtype` naming the parameter. `errc::io_error` names the failed operation.
+/// Returns the file size.
+[[nodiscard]] result<std::uint64_t> export_safetensors(const gradients_params_record& record,
+                                                       const std::filesystem::path& path,
+                                                       file_ops& ops = posix_file_ops());
+
+/// Reads a safetensors file into a record (entries in id order), checking everything before a
+/// tensor's bytes are allocated: the header's length and JSON, each name, dtype, shape and
+/// byte range, and that the ranges cover the data exactly once. Errors:
+/// `errc::malformed_record` (a broken header or ranges), `errc::duplicate_param_id` (two names
+/// with one id), `errc::invalid_dtype` (a dtype other than F64, F32, F16, BF16),
+/// `errc::shape_overflow`, `errc::byte_count_mismatch`, `errc::allocation_too_large` (a header
+/// over the limit), `errc::io_error`; each names the file and, where one is involved, the
+/// tensor.
+[[nodiscard]] result<gradients_params_record>
+import_safetensors(const std::filesystem::path& path, const safetensors_limits& limits = {});
+
+/// The same for a file held in memory.
+[[nodiscard]] result<gradients_params_record>
+import_safetensors_bytes(std::span<const std::uint8_t> bytes,
+                         const safetensors_limits& limits = {});
+
+} // namespace ruda

@@ -1,0 +1,427 @@
+// safetensors export (through the durable writer) and import (header checked in full before
+// any tensor is allocated). The header is JSON, parsed with RapidJSON, which cereal's JSON
+// archives already bring; cereal's header goes first so every user of RapidJSON in ruda sees
+// the same configuration.
+#include <ruda/checkpoint/safetensors.hpp>
+
+#include <ruda/checkpoint/detail/durable_writer.hpp>
+#include <ruda/optim/param_id.hpp>
+#include <ruda/optim/validate_record.hpp>
+#include <ruda/tensor/detail/host_buffer.hpp>
+
+#include <cereal/archives/json.hpp>
+#include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace ruda {
+namespace {
+
+constexpr std::string_view original_dtype_key = "ruda.original_dtype.";
+
+struct dtype_name {
+    std::string_view name;
+    dtype::kind kind;
+};
+
+// safetensors' names of the float types gradients have; F32 also carries flex32.
+constexpr std::array<dtype_name, 4> dtype_names{{
+    {"F64", dtype::kind::f64},
+    {"F32", dtype::kind::f32},
+    {"F16", dtype::kind::f16},
+    {"BF16", dtype::kind::bf16},
+}};
+
+// The safetensors name for data of `type`; nothing for a type that is no gradient's.
+std::optional<std::string_view> safetensors_name(dtype type)
+{
+    const auto kind = type.get_kind() == dtype::kind::flex32 ? dtype::kind::f32 : type.get_kind();
+    for (const dtype_name& entry : dtype_names) {
+        if (entry.kind == kind) {
+            return entry.name;
+        }
+    }
+    return std::nullopt;
+}
+
+std::optional<dtype> dtype_from_name(std::string_view name)
+{
+    for (const dtype_name& entry : dtype_names) {
+        if (entry.name == name) {
+            return dtype::from_kind(entry.kind);
+        }
+    }
+    return std::nullopt;
+}
+
+// A float dtype by ruda's name ("flex32"), for the original dtypes kept in the metadata.
+std::optional<dtype> float_dtype_from_name(std::string_view name)
+{
+    for (const auto kind : {dtype::kind::f64, dtype::kind::f32, dtype::kind::flex32,
+                            dtype::kind::f16, dtype::kind::bf16}) {
+        if (to_string(kind) == name) {
+            return dtype::from_kind(kind);
+        }
+    }
+    return std::nullopt;
+}
+
+void append_number(std::string& out, std::uint64_t value) { out += std::to_string(value); }
+
+// The JSON header, padded with spaces so that the data starts 8-byte aligned.
+result<std::string> header_for(const std::vector<gradient_entry>& entries)
+{
+    std::string metadata = R"("__metadata__":{"producer":"ruda")";
+    std::string tensors;
+    std::uint64_t offset = 0;
+    for (const gradient_entry& entry : entries) {
+        const auto name = safetensors_name(entry.data.dtype());
+        if (!name) {
+            return error{errc::invalid_dtype,
+                         "Exporting gradient for parameter " + std::to_string(entry.id) +
+                             ": safetensors export takes float gradients (f64, f32, flex32, f16, "
+                             "bf16), not " + to_string(entry.data.dtype())};
+        }
+        if (!(dtype_from_name(*name) == entry.dtype)) {
+            metadata += ",\"" + std::string{original_dtype_key} + std::to_string(entry.id) +
+                        "\":\"" + to_string(entry.dtype) + "\"";
+        }
+        tensors += ",\"" + std::to_string(entry.id) + "\":{\"dtype\":\"" + std::string{*name} +
+                   "\",\"shape\":[";
+        for (std::size_t i = 0; i < entry.data.shape().size(); ++i) {
+            if (i != 0) {
+                tensors += ',';
+            }
+            append_number(tensors, entry.data.shape()[i]);
+        }
+        tensors += "],\"data_offsets\":[";
+        append_number(tensors, offset);
+        tensors += ',';
+        offset += entry.data.bytes().size();
+        append_number(tensors, offset);
+        tensors += "]}";
+    }
+    std::string header = "{" + metadata + "}" + tensors + "}";
+    header.resize((header.size() + 8 + 7) / 8 * 8 - 8, ' ');
+    return header;
+}
+
+std::array<std::uint8_t, 8> little_endian(std::uint64_t value)
+{
+    std::array<std::uint8_t, 8> bytes{};
+    for (std::size_t i = 0; i < 8; ++i) {
+        bytes[i] = static_cast<std::uint8_t>(value >> (8 * i));
+    }
+    return bytes;
+}
+
+// Reads `size` bytes at `offset` of the data source (a file or memory).
+using read_function =
+    std::function<result<void>(std::uint8_t* data, std::size_t size, std::uint64_t offset)>;
+
+struct tensor_plan {
+    std::string name;
+    std::uint64_t id;
+    dtype stored;
+    dtype original;
+    shape dims;
+    std::uint64_t begin;
+    std::uint64_t end;
+};
+
+// Parses a canonical decimal u64 ("0", "17"; no sign, no leading zero).
+std::optional<std::uint64_t> decimal_id(std::string_view name)
+{
+    if (name.empty() || name.size() > 20 || (name.size() > 1 && name[0] == '0')) {
+        return std::nullopt;
+    }
+    std::uint64_t value = 0;
+    const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), value);
+    if (ec != std::errc{} || end != name.data() + name.size()) {
+        return std::nullopt;
+    }
+    return value;
+}
+
+class header_parser {
+public:
+    header_parser(std::string source, std::uint64_t data_size)
+        : source_(std::move(source)), data_size_(data_size)
+    {
+    }
+
+    result<std::vector<tensor_plan>> parse(std::string_view json)
+    {
+        rapidjson::Document document;
+        document.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(
+            json.data(), json.size());
+        if (document.HasParseError()) {
+            return malformed("the header is not valid JSON (" +
+                             std::string{rapidjson::GetParseError_En(document.GetParseError())} +
+                             " at byte " + std::to_string(document.GetErrorOffset()) + ")");
+        }
+        if (!document.IsObject()) {
+            return malformed("the header is not a JSON object");
+        }
+        std::vector<tensor_plan> plans;
+        std::unordered_set<std::string_view> names;
+        const rapidjson::Value* metadata = nullptr;
+        for (const auto& member : document.GetObject()) {
+            const std::string_view name{member.name.GetString(), member.name.GetStringLength()};
+            if (!names.insert(name).second) {
+                return malformed("the header names \"" + std::string{name} + "\" twice");
+            }
+            if (name == "__metadata__") {
+                metadata = &member.value;
+                continue;
+            }
+            BOOST_OUTCOME_TRY(auto plan, tensor(name, member.value));
+            plans.push_back(std::move(plan));
+        }
+        if (metadata != nullptr) {
+            BOOST_OUTCOME_TRY(apply_metadata(*metadata, plans));
+        }
+        BOOST_OUTCOME_TRY(check_ranges(plans));
+        std::sort(plans.begin(), plans.end(),
+                  [](const tensor_plan& a, const tensor_plan& b) { return a.id < b.id; });
+        for (std::size_t i = 1; i < plans.size(); ++i) {
+            if (plans[i].id == plans[i - 1].id) {
+                return error{errc::duplicate_param_id,
+                             source_ + ": tensors \"" + plans[i - 1].name + "\" and \"" +
+                                 plans[i].name + "\" have the same parameter id " +
+                                 std::to_string(plans[i].id)};
+            }
+        }
+        return plans;
+    }
+
+private:
+    error malformed(const std::string& what) const
+    {
+        return error{errc::malformed_record, "safetensors " + source_ + ": " + what};
+    }
+
+    result<tensor_plan> tensor(std::string_view name, const rapidjson::Value& value) const
+    {
+        const std::string quoted = "tensor \"" + std::string{name} + "\"";
+        if (!value.IsObject() || value.MemberCount() != 3 || !value.HasMember("dtype") ||
+            !value.HasMember("shape") || !value.HasMember("data_offsets")) {
+            return malformed(quoted + " is not {dtype, shape, data_offsets}");
+        }
+        const auto& type = value["dtype"];
+        const auto& dims = value["shape"];
+        const auto& offsets = value["data_offsets"];
+        if (!type.IsString() || !dims.IsArray() || !offsets.IsArray() || offsets.Size() != 2 ||
+            !offsets[0].IsUint64() || !offsets[1].IsUint64()) {
+            return malformed(quoted + ": dtype must be a string, shape an array and "
+                                      "data_offsets two unsigned integers");
+        }
+        const std::string_view type_name{type.GetString(), type.GetStringLength()};
+        const auto stored = dtype_from_name(type_name);
+        if (!stored) {
+            return error{errc::invalid_dtype,
+                         "safetensors " + source_ + ": " + quoted + " has dtype " +
+                             std::string{type_name} + "; gradients are F64, F32, F16 or BF16"};
+        }
+        tensor_plan plan{std::string{name}, 0,     *stored, *stored, {}, offsets[0].GetUint64(),
+                         offsets[1].GetUint64()};
+        for (const auto& d : dims.GetArray()) {
+            if (!d.IsUint64()) {
+                return malformed(quoted + ": a dimension is not an unsigned integer");
+            }
+            plan.dims.push_back(d.GetUint64());
+        }
+        plan.id = decimal_id(name).value_or(param_id::from_name(name).val());
+        auto count = checked_num_elements(plan.dims);
+        if (!count) {
+            return error{errc::shape_overflow,
+                         "safetensors " + source_ + ": " + quoted + ": the shape overflows"};
+        }
+        if (plan.end < plan.begin) {
+            return malformed(quoted + ": data_offsets end before they begin");
+        }
+        const std::uint64_t bytes = plan.end - plan.begin;
+        const std::uint64_t element = stored->size();
+        if (count.value() > std::numeric_limits<std::uint64_t>::max() / element ||
+            bytes != count.value() * element) {
+            return error{errc::byte_count_mismatch,
+                         "safetensors " + source_ + ": " + quoted + " has " +
+                             std::to_string(bytes) + " bytes for " +
+                             std::to_string(count.value()) + " " + std::string{type_name} +
+                             " values"};
+        }
+        return plan;
+    }
+
+    // "producer" and the like are kept by nobody; "ruda.original_dtype.<id>" restores a dtype.
+    result<void> apply_metadata(const rapidjson::Value& metadata,
+                                std::vector<tensor_plan>& plans) const
+    {
+        if (!metadata.IsObject()) {
+            return malformed("__metadata__ is not an object");
+        }
+        for (const auto& member : metadata.GetObject()) {
+            if (!member.value.IsString()) {
+                return malformed("__metadata__ values must be strings");
+            }
+            const std::string_view key{member.name.GetString(), member.name.GetStringLength()};
+            if (!key.starts_with(original_dtype_key)) {
+                continue;
+            }
+            const std::string_view tensor = key.substr(original_dtype_key.size());
+            const auto original = float_dtype_from_name(
+                {member.value.GetString(), member.value.GetStringLength()});
+            const auto plan = std::find_if(plans.begin(), plans.end(),
+                                           [&](const tensor_plan& p) { return p.name == tensor; });
+            if (!original || plan == plans.end() || !plan->stored.is_float()) {
+                return malformed("metadata \"" + std::string{key} +
+                                 "\" names no float tensor or no float dtype");
+            }
+            plan->original = *original;
+        }
+        return success();
+    }
+
+    // The byte ranges tile the data area exactly: no gap, no overlap, nothing past its end.
+    result<void> check_ranges(std::vector<tensor_plan>& plans) const
+    {
+        std::sort(plans.begin(), plans.end(), [](const tensor_plan& a, const tensor_plan& b) {
+            return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+        });
+        std::uint64_t expected = 0;
+        for (const tensor_plan& plan : plans) {
+            if (plan.begin != expected) {
+                return malformed("tensor \"" + plan.name + "\" starts at data byte " +
+                                 std::to_string(plan.begin) + ", not " + std::to_string(expected) +
+                                 " (a gap or an overlap)");
+            }
+            expected = plan.end;
+        }
+        if (expected != data_size_) {
+            return malformed("the tensors cover " + std::to_string(expected) +
+                             " bytes of data, the file holds " + std::to_string(data_size_));
+        }
+        return success();
+    }
+
+    std::string source_;
+    std::uint64_t data_size_;
+};
+
+result<gradients_params_record> import_from(const std::string& source, std::uint64_t size,
+                                            const read_function& read,
+                                            const safetensors_limits& limits)
+{
+    const auto malformed = [&](const std::string& what) {
+        return error{errc::malformed_record, "safetensors " + source + ": " + what};
+    };
+    if (size < 8) {
+        return malformed("shorter than the 8-byte header length");
+    }
+    std::array<std::uint8_t, 8> prefix{};
+    BOOST_OUTCOME_TRY(read(prefix.data(), prefix.size(), 0));
+    std::uint64_t header_size = 0;
+    for (std::size_t i = 0; i < 8; ++i) {
+        header_size |= std::uint64_t{prefix[i]} << (8 * i);
+    }
+    if (header_size > limits.max_header_bytes) {
+        return error{errc::allocation_too_large,
+                     "safetensors " + source + ": the header claims " +
+                         std::to_string(header_size) + " bytes, over the limit of " +
+                         std::to_string(limits.max_header_bytes)};
+    }
+    if (header_size > size - 8) {
+        return malformed("the header claims " + std::to_string(header_size) +
+                         " bytes, the file has " + std::to_string(size - 8) + " after its length");
+    }
+    std::string json(header_size, '\0');
+    BOOST_OUTCOME_TRY(read(reinterpret_cast<std::uint8_t*>(json.data()), json.size(), 8));
+    const std::uint64_t data_start = 8 + header_size;
+    header_parser parser{source, size - data_start};
+    BOOST_OUTCOME_TRY(auto plans, parser.parse(json));
+
+    std::vector<gradient_entry> entries;
+    entries.reserve(plans.size());
+    for (tensor_plan& plan : plans) {
+        auto bytes = detail::host_buffer(plan.end - plan.begin);
+        BOOST_OUTCOME_TRY(read(bytes.data(), bytes.size(), data_start + plan.begin));
+        entries.push_back({plan.id, plan.original,
+                           tensor_data{std::move(bytes), std::move(plan.dims), plan.stored}});
+    }
+    gradients_params_record record{std::move(entries)};
+    BOOST_OUTCOME_TRY(validate_gradients_record(record));
+    return record;
+}
+
+} // namespace
+
+result<std::uint64_t> export_safetensors(const gradients_params_record& record,
+                                         const std::filesystem::path& path, file_ops& ops)
+{
+    std::vector<gradient_entry> entries = record.entries();
+    std::sort(entries.begin(), entries.end(),
+              [](const gradient_entry& a, const gradient_entry& b) { return a.id < b.id; });
+    BOOST_OUTCOME_TRY(const auto header, header_for(entries));
+    BOOST_OUTCOME_TRY(auto writer, detail::durable_writer::create(path, ops));
+    BOOST_OUTCOME_TRY(writer->write(little_endian(header.size())));
+    BOOST_OUTCOME_TRY(writer->write(
+        {reinterpret_cast<const std::uint8_t*>(header.data()), header.size()}));
+    for (const gradient_entry& entry : entries) {
+        BOOST_OUTCOME_TRY(writer->write(entry.data.bytes()));
+    }
+    const std::uint64_t size = writer->size();
+    BOOST_OUTCOME_TRY(writer->commit());
+    return size;
+}
+
+result<gradients_params_record> import_safetensors(const std::filesystem::path& path,
+                                                   const safetensors_limits& limits)
+{
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return io_error_from_errno("open", path);
+    }
+    struct stat info {};
+    if (::fstat(fd, &info) != 0) {
+        auto failure = io_error_from_errno("stat", path);
+        ::close(fd);
+        return failure;
+    }
+    const read_function read = [&](std::uint8_t* data, std::size_t size, std::uint64_t offset) {
+        return read_exact_at(fd, path, data, size, offset);
+    };
+    auto record = import_from(path.string(), static_cast<std::uint64_t>(info.st_size), read, limits);
+    ::close(fd);
+    return record;
+}
+
+result<gradients_params_record> import_safetensors_bytes(std::span<const std::uint8_t> bytes,
+                                                         const safetensors_limits& limits)
+{
+    const read_function read = [bytes](std::uint8_t* data, std::size_t size,
+                                        std::uint64_t offset) -> result<void> {
+        if (size != 0) { // import_from reads inside `bytes` only
+            std::memcpy(data, bytes.data() + offset, size);
+        }
+        return success();
+    };
+    return import_from("<memory>", bytes.size(), read, limits);
+}
+
+} // namespace ruda

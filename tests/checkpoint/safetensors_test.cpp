@@ -1,0 +1,244 @@
+// safetensors export and import: the exact layout, round trips of every float dtype (original
+// dtypes kept in the metadata), foreign names, and every refusal of a bad file.
+#include "checkpoint_test_support.hpp"
+
+#include <ruda/checkpoint/safetensors.hpp>
+#include <ruda/optim/param_id.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <string>
+
+namespace {
+
+using ruda::errc;
+using ruda::test::temp_dir;
+
+// Every float entry of the checkpoint tests' sample: each float dtype (NaN payloads,
+// infinities, subnormals), empty and rank-0 tensors, an entry stored narrower than it was.
+ruda::gradients_params_record exportable_sample()
+{
+    std::vector<ruda::gradient_entry> entries;
+    const auto sample = ruda::test::valid_sample();
+    for (const auto& entry : sample.entries()) {
+        if (!entry.dtype.is_quantized()) {
+            entries.push_back(entry);
+        }
+    }
+    return ruda::gradients_params_record{std::move(entries)};
+}
+
+// A safetensors file from a header and `data_size` bytes of data.
+std::vector<std::uint8_t> file_of(const std::string& header, std::size_t data_size = 0)
+{
+    std::vector<std::uint8_t> bytes;
+    bytes.reserve(8 + header.size() + data_size);
+    for (std::size_t i = 0; i < 8; ++i) {
+        bytes.push_back(static_cast<std::uint8_t>(header.size() >> (8 * i)));
+    }
+    for (const char c : header) {
+        bytes.push_back(static_cast<std::uint8_t>(c));
+    }
+    bytes.resize(bytes.size() + data_size, 0x3c);
+    return bytes;
+}
+
+ruda::result<ruda::gradients_params_record> import(const std::string& header,
+                                                   std::size_t data_size = 0)
+{
+    return ruda::import_safetensors_bytes(file_of(header, data_size));
+}
+
+bool mentions(const ruda::error& e, const std::string& part)
+{
+    return e.message().find(part) != std::string::npos;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(checkpoint_safetensors)
+
+BOOST_AUTO_TEST_CASE(export_writes_the_documented_layout)
+{
+    const temp_dir dir;
+    const std::vector<ruda::gradient_entry> entries{
+        {9, ruda::dtype::f32(), ruda::tensor_data::from_values(std::vector<float>{1, 2, 3}, {3}).value()},
+        {4, ruda::dtype::bf16(), ruda::test::patterned(4, {2}, ruda::dtype::bf16())}};
+    const auto path = dir / "g.safetensors";
+    const auto size = ruda::export_safetensors(ruda::gradients_params_record{entries}, path);
+    BOOST_REQUIRE(size.has_value());
+    const auto bytes = ruda::test::read_bytes(path);
+    BOOST_TEST(bytes.size() == size.value());
+    const std::uint64_t header_size = ruda::test::le64(bytes, 0);
+    BOOST_TEST(header_size % 8 == 0U); // the data starts 8-byte aligned
+    const std::string header(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(header_size));
+    BOOST_TEST(header.rfind(R"({"__metadata__":{"producer":"ruda"},)"
+                            R"("4":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},)"
+                            R"("9":{"dtype":"F32","shape":[3],"data_offsets":[4,16]}})",
+                            0) == 0U);
+    BOOST_TEST(header.find_first_not_of(' ', header.find("}}") + 2) == std::string::npos);
+    BOOST_TEST(bytes.size() == 8 + header_size + 16);
+    float last = 0;
+    std::memcpy(&last, bytes.data() + bytes.size() - 4, 4);
+    BOOST_TEST(last == 3.0F);
+    BOOST_TEST(!std::filesystem::exists(dir / "g.safetensors.tmp"));
+}
+
+BOOST_AUTO_TEST_CASE(round_trips_every_dtype_bit_exact_with_original_dtypes)
+{
+    const temp_dir dir;
+    const auto record = exportable_sample();
+    const auto path = dir / "all.safetensors";
+    BOOST_REQUIRE(ruda::export_safetensors(record, path).has_value());
+    const auto back = ruda::import_safetensors(path);
+    BOOST_REQUIRE_MESSAGE(back.has_value(), (back ? "" : back.error().message()));
+    auto expected = record.entries();
+    std::sort(expected.begin(), expected.end(),
+              [](const auto& a, const auto& b) { return a.id < b.id; });
+    BOOST_REQUIRE(back.value().entries().size() == expected.size());
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+        const auto& got = back.value().entries()[i];
+        BOOST_TEST(got.id == expected[i].id);
+        BOOST_TEST(got.dtype == expected[i].dtype, "parameter " << got.id);
+        BOOST_TEST(got.data.shape() == expected[i].data.shape());
+        BOOST_TEST(got.data.bytes() == expected[i].data.bytes(), "parameter " << got.id);
+        // flex32 data is stored as F32, with the same bytes.
+        const bool flex = expected[i].data.dtype() == ruda::dtype::flex32();
+        BOOST_TEST((got.data.dtype() == (flex ? ruda::dtype::f32() : expected[i].data.dtype())));
+    }
+    const auto bytes = ruda::test::read_bytes(path);
+    const std::string header(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(ruda::test::le64(bytes, 0)));
+    BOOST_TEST(header.find(R"("ruda.original_dtype.3":"flex32")") != std::string::npos);
+    BOOST_TEST(header.find(R"("ruda.original_dtype.9":"bf16")") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(export_refuses_what_safetensors_cannot_hold_and_writes_nothing)
+{
+    const temp_dir dir;
+    const auto path = dir / "q.safetensors";
+    const auto quantized = ruda::export_safetensors(ruda::test::valid_sample(), path);
+    BOOST_TEST(quantized.error() == errc::invalid_dtype);
+    BOOST_TEST(mentions(quantized.error(), "parameter 10"));
+    BOOST_TEST(mentions(quantized.error(), "qfloat"));
+    const auto ints = ruda::dtype::i32();
+    const auto integers = ruda::export_safetensors(
+        ruda::gradients_params_record{{{1, ints, ruda::test::patterned(4, {1}, ints)}}}, path);
+    BOOST_TEST(integers.error() == errc::invalid_dtype);
+    BOOST_TEST(mentions(integers.error(), "not i32"));
+    BOOST_TEST(!std::filesystem::exists(path));
+    BOOST_TEST(!std::filesystem::exists(dir / "q.safetensors.tmp"));
+    const auto unwritable = ruda::export_safetensors(exportable_sample(), dir / "no" / "x.safetensors");
+    BOOST_TEST(unwritable.error() == errc::io_error);
+}
+
+BOOST_AUTO_TEST_CASE(import_names_other_than_ids_get_the_id_of_the_name)
+{
+    const auto record = import(R"({"fc1.weight":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                               R"("17":{"dtype":"F16","shape":[],"data_offsets":[4,6]}})",
+                               6);
+    BOOST_REQUIRE_MESSAGE(record.has_value(), (record ? "" : record.error().message()));
+    std::set<std::uint64_t> ids;
+    for (const auto& entry : record.value().entries()) {
+        ids.insert(entry.id);
+    }
+    BOOST_TEST(ids == (std::set<std::uint64_t>{17, ruda::param_id::from_name("fc1.weight").val()}));
+    // "017" and "-1" are names, not ids.
+    const auto padded = import(R"({"017":{"dtype":"BF16","shape":[0],"data_offsets":[0,0]}})");
+    BOOST_REQUIRE(padded.has_value());
+    BOOST_TEST(padded.value().entries()[0].id == ruda::param_id::from_name("017").val());
+}
+
+BOOST_AUTO_TEST_CASE(import_refuses_a_broken_frame_or_header)
+{
+    BOOST_TEST(ruda::import_safetensors_bytes(std::vector<std::uint8_t>(7)).error() ==
+               errc::malformed_record);
+    auto too_long = file_of("{}");
+    too_long[0] = 200; // claims more header than the file holds
+    const auto claims = ruda::import_safetensors_bytes(too_long);
+    BOOST_TEST(claims.error() == errc::malformed_record);
+    BOOST_TEST(mentions(claims.error(), "claims 200 bytes"));
+    const auto over_limit =
+        ruda::import_safetensors_bytes(file_of("{}    "), ruda::safetensors_limits{.max_header_bytes = 4});
+    BOOST_TEST(over_limit.error() == errc::allocation_too_large);
+
+    BOOST_TEST(import("{}").has_value()); // no tensors: an empty record
+    for (const std::string& bad : {
+             std::string{"{"}, std::string{"[]"}, std::string{"{} {}"}, std::string{"{\"a\":1}"},
+             std::string{R"({"a":{"dtype":"F32","shape":[1]}})"},
+             std::string{R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})"},
+             std::string{R"({"a":{"dtype":7,"shape":[1],"data_offsets":[0,4]}})"},
+             std::string{R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})"},
+             std::string{R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4]}})"},
+             std::string{R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})"},
+             std::string{R"({"__metadata__":[],"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})"},
+             std::string{R"({"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})"},
+             std::string{R"({"__metadata__":{"ruda.original_dtype.a":"i32"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})"},
+             std::string{R"({"__metadata__":{"ruda.original_dtype.b":"f64"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})"},
+         }) {
+        const auto result = import(bad, 4);
+        BOOST_TEST((!result && result.error() == errc::malformed_record), bad);
+    }
+    const auto nested = import(std::string(100000, '[') + std::string(100000, ']'));
+    BOOST_TEST(nested.error() == errc::malformed_record); // parsed iteratively: no stack overflow
+}
+
+BOOST_AUTO_TEST_CASE(import_refuses_ranges_that_do_not_tile_the_data)
+{
+    const std::string two = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                            R"("b":{"dtype":"F32","shape":[1],"data_offsets":[%s]}})";
+    const auto with = [&](const std::string& offsets) {
+        std::string header = two;
+        header.replace(header.find("%s"), 2, offsets);
+        return header;
+    };
+    BOOST_TEST(import(with("4,8"), 8).has_value());
+    const auto gap = import(with("5,9"), 9);
+    BOOST_TEST(gap.error() == errc::malformed_record);
+    BOOST_TEST(mentions(gap.error(), "gap or an overlap"));
+    BOOST_TEST(import(with("2,6"), 8).error() == errc::malformed_record);   // overlap
+    BOOST_TEST(import(with("4,8"), 12).error() == errc::malformed_record);  // trailing bytes
+    BOOST_TEST(import(with("4,8"), 6).error() == errc::malformed_record);   // past the end
+}
+
+BOOST_AUTO_TEST_CASE(import_refuses_bad_tensors_with_their_own_codes)
+{
+    for (const std::string type : {"F8_E4M3", "I64", "U8", "BOOL", "C64"}) {
+        const auto unknown = import(R"({"w":{"dtype":")" + type +
+                                    R"(","shape":[1],"data_offsets":[0,1]}})", 1);
+        BOOST_TEST(unknown.error() == errc::invalid_dtype);
+        BOOST_TEST(mentions(unknown.error(), "has dtype " + type));
+        BOOST_TEST(mentions(unknown.error(), "\"w\""));
+    }
+    const auto count = import(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4);
+    BOOST_TEST(count.error() == errc::byte_count_mismatch);
+    BOOST_TEST(mentions(count.error(), "4 bytes for 2 F32 values"));
+    const auto huge = import(
+        R"({"w":{"dtype":"F64","shape":[4294967296,4294967296,2],"data_offsets":[0,8]}})", 8);
+    BOOST_TEST(huge.error() == errc::shape_overflow);
+    const auto wraps = import(
+        R"({"w":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,0]}})");
+    BOOST_TEST(wraps.error() == errc::byte_count_mismatch); // 2^61 * 8 wraps to 0
+    const auto twice = import(R"({"w":{"dtype":"F16","shape":[1],"data_offsets":[0,2]},)"
+                              R"("w":{"dtype":"F16","shape":[1],"data_offsets":[2,4]}})",
+                              4);
+    BOOST_TEST(twice.error() == errc::malformed_record);
+    const std::string id_of_a = std::to_string(ruda::param_id::from_name("a").val());
+    const auto same_id = import(R"({"a":{"dtype":"F16","shape":[1],"data_offsets":[0,2]},")" +
+                                    id_of_a + R"(":{"dtype":"F16","shape":[1],"data_offsets":[2,4]}})",
+                                4);
+    BOOST_TEST(same_id.error() == errc::duplicate_param_id);
+    BOOST_TEST(mentions(same_id.error(), id_of_a));
+}
+
+BOOST_AUTO_TEST_CASE(import_names_a_missing_file)
+{
+    const temp_dir dir;
+    const auto missing = ruda::import_safetensors(dir / "none.safetensors");
+    BOOST_TEST(missing.error() == errc::io_error);
+    BOOST_TEST(mentions(missing.error(), "none.safetensors"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
