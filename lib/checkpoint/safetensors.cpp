@@ -1,17 +1,11 @@
 // safetensors export (through the durable writer) and import (header checked in full before
-// any tensor is allocated). The header is JSON, parsed with RapidJSON, which cereal's JSON
-// archives already bring; cereal's header goes first so every user of RapidJSON in ruda sees
-// the same configuration.
+// any tensor is allocated).
 #include <ruda/checkpoint/safetensors.hpp>
 
 #include <ruda/checkpoint/detail/durable_writer.hpp>
 #include <ruda/optim/param_id.hpp>
 #include <ruda/optim/validate_record.hpp>
 #include <ruda/tensor/detail/host_buffer.hpp>
-
-#include <cereal/archives/json.hpp>
-#include <rapidjson/document.h>
-#include <rapidjson/error/en.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -26,7 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_set>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -159,6 +153,198 @@ std::optional<std::uint64_t> decimal_id(std::string_view name)
     return value;
 }
 
+// The header's JSON, read by the format's own grammar: an object whose members are tensors
+// ({"dtype": string, "shape": [uint...], "data_offsets": [uint, uint]}) or "__metadata__"
+// (an object of strings). Nothing nests deeper, so no input can exhaust the stack; strings
+// take every JSON escape. Errors say what was expected where.
+class json_cursor {
+public:
+    json_cursor(std::string_view text, const std::string& source) : text_(text), source_(source) {}
+
+    // Skips whitespace; whether the next character is `c` (consumed if so).
+    bool consume(char c)
+    {
+        skip_space();
+        if (pos_ < text_.size() && text_[pos_] == c) {
+            ++pos_;
+            return true;
+        }
+        return false;
+    }
+    result<void> expect(char c)
+    {
+        if (!consume(c)) {
+            return fail(std::string{"'"} + c + "'");
+        }
+        return success();
+    }
+    bool at_end()
+    {
+        skip_space();
+        return pos_ == text_.size();
+    }
+
+    // '{' (string ':' member(name))* '}', members separated by ','.
+    template <class Member>
+    result<void> object(Member member)
+    {
+        BOOST_OUTCOME_TRY(expect('{'));
+        if (consume('}')) {
+            return success();
+        }
+        do {
+            BOOST_OUTCOME_TRY(auto name, string());
+            BOOST_OUTCOME_TRY(expect(':'));
+            BOOST_OUTCOME_TRY(member(std::move(name)));
+        } while (consume(','));
+        return expect('}');
+    }
+
+    result<std::vector<std::uint64_t>> integers()
+    {
+        BOOST_OUTCOME_TRY(expect('['));
+        std::vector<std::uint64_t> values;
+        if (consume(']')) {
+            return values;
+        }
+        do {
+            BOOST_OUTCOME_TRY(auto value, integer());
+            values.push_back(value);
+        } while (consume(','));
+        BOOST_OUTCOME_TRY(expect(']'));
+        return values;
+    }
+
+    result<std::string> string()
+    {
+        BOOST_OUTCOME_TRY(expect('"'));
+        std::string out;
+        while (pos_ < text_.size()) {
+            const char c = text_[pos_++];
+            if (c == '"') {
+                return out;
+            }
+            if (static_cast<unsigned char>(c) < 0x20) {
+                return fail("no control character in a string");
+            }
+            if (c != '\\') {
+                out += c;
+                continue;
+            }
+            BOOST_OUTCOME_TRY(escape(out));
+        }
+        return fail("the end of a string");
+    }
+
+    error fail(const std::string& expected) const
+    {
+        return error{errc::malformed_record, "safetensors " + source_ +
+                                                 ": the header is malformed: expected " +
+                                                 expected + " at byte " + std::to_string(pos_)};
+    }
+
+private:
+    void skip_space()
+    {
+        while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
+                                       text_[pos_] == '\n' || text_[pos_] == '\r')) {
+            ++pos_;
+        }
+    }
+
+    result<std::uint64_t> integer()
+    {
+        skip_space();
+        const std::size_t start = pos_;
+        std::uint64_t value = 0;
+        while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') {
+            const auto digit = static_cast<std::uint64_t>(text_[pos_] - '0');
+            if (value > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) {
+                return fail("an unsigned integer below 2^64");
+            }
+            value = value * 10 + digit;
+            ++pos_;
+        }
+        const bool digits = pos_ > start;
+        const bool leading_zero = pos_ - start > 1 && text_[start] == '0';
+        const bool fraction = pos_ < text_.size() &&
+                              (text_[pos_] == '.' || text_[pos_] == 'e' || text_[pos_] == 'E');
+        if (!digits || leading_zero || fraction) {
+            pos_ = start;
+            return fail("an unsigned integer");
+        }
+        return value;
+    }
+
+    result<unsigned> hex4()
+    {
+        if (text_.size() - pos_ < 4) {
+            return fail("4 hexadecimal digits");
+        }
+        unsigned value = 0;
+        const auto [end, ec] = std::from_chars(text_.data() + pos_, text_.data() + pos_ + 4, value, 16);
+        if (ec != std::errc{} || end != text_.data() + pos_ + 4) {
+            return fail("4 hexadecimal digits");
+        }
+        pos_ += 4;
+        return value;
+    }
+
+    // After a backslash: one escape, appended as UTF-8.
+    result<void> escape(std::string& out)
+    {
+        if (pos_ == text_.size()) {
+            return fail("an escape");
+        }
+        const char c = text_[pos_++];
+        const std::string_view simple = "\"\\/bfnrt";
+        const std::string_view meaning = "\"\\/\b\f\n\r\t";
+        if (const auto at = simple.find(c); at != std::string_view::npos) {
+            out += meaning[at];
+            return success();
+        }
+        if (c != 'u') {
+            --pos_;
+            return fail("an escape");
+        }
+        BOOST_OUTCOME_TRY(unsigned code, hex4());
+        if (code >= 0xDC00 && code <= 0xDFFF) {
+            return fail("no lone low surrogate");
+        }
+        if (code >= 0xD800 && code <= 0xDBFF) {
+            if (!(text_.substr(pos_, 2) == "\\u")) {
+                return fail("a low surrogate");
+            }
+            pos_ += 2;
+            BOOST_OUTCOME_TRY(const unsigned low, hex4());
+            if (low < 0xDC00 || low > 0xDFFF) {
+                return fail("a low surrogate");
+            }
+            code = 0x10000 + ((code - 0xD800) << 10U) + (low - 0xDC00);
+        }
+        if (code < 0x80) {
+            out += static_cast<char>(code);
+        } else if (code < 0x800) {
+            out += static_cast<char>(0xC0 | (code >> 6U));
+            out += static_cast<char>(0x80 | (code & 0x3FU));
+        } else if (code < 0x10000) {
+            out += static_cast<char>(0xE0 | (code >> 12U));
+            out += static_cast<char>(0x80 | ((code >> 6U) & 0x3FU));
+            out += static_cast<char>(0x80 | (code & 0x3FU));
+        } else {
+            out += static_cast<char>(0xF0 | (code >> 18U));
+            out += static_cast<char>(0x80 | ((code >> 12U) & 0x3FU));
+            out += static_cast<char>(0x80 | ((code >> 6U) & 0x3FU));
+            out += static_cast<char>(0x80 | (code & 0x3FU));
+        }
+        return success();
+    }
+
+    std::string_view text_;
+    const std::string& source_;
+    std::size_t pos_ = 0;
+};
+
 class header_parser {
 public:
     header_parser(std::string source, std::uint64_t data_size)
@@ -168,43 +354,37 @@ public:
 
     result<std::vector<tensor_plan>> parse(std::string_view json)
     {
-        rapidjson::Document document;
-        document.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(
-            json.data(), json.size());
-        if (document.HasParseError()) {
-            return malformed("the header is not valid JSON (" +
-                             std::string{rapidjson::GetParseError_En(document.GetParseError())} +
-                             " at byte " + std::to_string(document.GetErrorOffset()) + ")");
-        }
-        if (!document.IsObject()) {
-            return malformed("the header is not a JSON object");
-        }
+        json_cursor cursor{json, source_};
         std::vector<tensor_plan> plans;
-        std::unordered_set<std::string_view> names;
-        const rapidjson::Value* metadata = nullptr;
-        for (const auto& member : document.GetObject()) {
-            const std::string_view name{member.name.GetString(), member.name.GetStringLength()};
+        std::vector<std::pair<std::string, std::string>> metadata;
+        std::set<std::string> names;
+        BOOST_OUTCOME_TRY(cursor.object([&](std::string name) -> result<void> {
             if (!names.insert(name).second) {
-                return malformed("the header names \"" + std::string{name} + "\" twice");
+                return malformed("the header names \"" + name + "\" twice");
             }
             if (name == "__metadata__") {
-                metadata = &member.value;
-                continue;
+                return cursor.object([&](std::string key) -> result<void> {
+                    BOOST_OUTCOME_TRY(auto value, cursor.string());
+                    metadata.emplace_back(std::move(key), std::move(value));
+                    return success();
+                });
             }
-            BOOST_OUTCOME_TRY(auto plan, tensor(name, member.value));
+            BOOST_OUTCOME_TRY(auto plan, tensor(std::move(name), cursor));
             plans.push_back(std::move(plan));
+            return success();
+        }));
+        if (!cursor.at_end()) {
+            return cursor.fail("the end of the header after its object");
         }
-        if (metadata != nullptr) {
-            BOOST_OUTCOME_TRY(apply_metadata(*metadata, plans));
-        }
+        BOOST_OUTCOME_TRY(apply_metadata(metadata, plans));
         BOOST_OUTCOME_TRY(check_ranges(plans));
         std::sort(plans.begin(), plans.end(),
                   [](const tensor_plan& a, const tensor_plan& b) { return a.id < b.id; });
         for (std::size_t i = 1; i < plans.size(); ++i) {
             if (plans[i].id == plans[i - 1].id) {
                 return error{errc::duplicate_param_id,
-                             source_ + ": tensors \"" + plans[i - 1].name + "\" and \"" +
-                                 plans[i].name + "\" have the same parameter id " +
+                             "safetensors " + source_ + ": tensors \"" + plans[i - 1].name +
+                                 "\" and \"" + plans[i].name + "\" have the same parameter id " +
                                  std::to_string(plans[i].id)};
             }
         }
@@ -217,36 +397,38 @@ private:
         return error{errc::malformed_record, "safetensors " + source_ + ": " + what};
     }
 
-    result<tensor_plan> tensor(std::string_view name, const rapidjson::Value& value) const
+    result<tensor_plan> tensor(std::string name, json_cursor& cursor) const
     {
-        const std::string quoted = "tensor \"" + std::string{name} + "\"";
-        if (!value.IsObject() || value.MemberCount() != 3 || !value.HasMember("dtype") ||
-            !value.HasMember("shape") || !value.HasMember("data_offsets")) {
-            return malformed(quoted + " is not {dtype, shape, data_offsets}");
+        const std::string quoted = "tensor \"" + name + "\"";
+        std::optional<std::string> type_name;
+        std::optional<std::vector<std::uint64_t>> dims;
+        std::optional<std::vector<std::uint64_t>> offsets;
+        BOOST_OUTCOME_TRY(cursor.object([&](const std::string& key) -> result<void> {
+            if (key == "dtype" && !type_name) {
+                BOOST_OUTCOME_TRY(auto value, cursor.string());
+                type_name = std::move(value);
+            } else if (key == "shape" && !dims) {
+                BOOST_OUTCOME_TRY(auto value, cursor.integers());
+                dims = std::move(value);
+            } else if (key == "data_offsets" && !offsets) {
+                BOOST_OUTCOME_TRY(auto value, cursor.integers());
+                offsets = std::move(value);
+            } else {
+                return malformed(quoted + " has an unexpected or repeated member \"" + key + "\"");
+            }
+            return success();
+        }));
+        if (!type_name || !dims || !offsets || offsets->size() != 2) {
+            return malformed(quoted + " is not {dtype, shape, data_offsets: [begin, end]}");
         }
-        const auto& type = value["dtype"];
-        const auto& dims = value["shape"];
-        const auto& offsets = value["data_offsets"];
-        if (!type.IsString() || !dims.IsArray() || !offsets.IsArray() || offsets.Size() != 2 ||
-            !offsets[0].IsUint64() || !offsets[1].IsUint64()) {
-            return malformed(quoted + ": dtype must be a string, shape an array and "
-                                      "data_offsets two unsigned integers");
-        }
-        const std::string_view type_name{type.GetString(), type.GetStringLength()};
-        const auto stored = dtype_from_name(type_name);
+        const auto stored = dtype_from_name(*type_name);
         if (!stored) {
             return error{errc::invalid_dtype,
-                         "safetensors " + source_ + ": " + quoted + " has dtype " +
-                             std::string{type_name} + "; gradients are F64, F32, F16 or BF16"};
+                         "safetensors " + source_ + ": " + quoted + " has dtype " + *type_name +
+                             "; gradients are F64, F32, F16 or BF16"};
         }
-        tensor_plan plan{std::string{name}, 0,     *stored, *stored, {}, offsets[0].GetUint64(),
-                         offsets[1].GetUint64()};
-        for (const auto& d : dims.GetArray()) {
-            if (!d.IsUint64()) {
-                return malformed(quoted + ": a dimension is not an unsigned integer");
-            }
-            plan.dims.push_back(d.GetUint64());
-        }
+        tensor_plan plan{name, 0, *stored, *stored, shape(dims->begin(), dims->end()),
+                         (*offsets)[0], (*offsets)[1]};
         plan.id = decimal_id(name).value_or(param_id::from_name(name).val());
         auto count = checked_num_elements(plan.dims);
         if (!count) {
@@ -263,35 +445,26 @@ private:
             return error{errc::byte_count_mismatch,
                          "safetensors " + source_ + ": " + quoted + " has " +
                              std::to_string(bytes) + " bytes for " +
-                             std::to_string(count.value()) + " " + std::string{type_name} +
-                             " values"};
+                             std::to_string(count.value()) + " " + *type_name + " values"};
         }
         return plan;
     }
 
-    // "producer" and the like are kept by nobody; "ruda.original_dtype.<id>" restores a dtype.
-    result<void> apply_metadata(const rapidjson::Value& metadata,
+    // Other keys ("format", "producer") are kept by nobody; "ruda.original_dtype.<name>"
+    // restores the dtype a float gradient had before it was stored.
+    result<void> apply_metadata(const std::vector<std::pair<std::string, std::string>>& metadata,
                                 std::vector<tensor_plan>& plans) const
     {
-        if (!metadata.IsObject()) {
-            return malformed("__metadata__ is not an object");
-        }
-        for (const auto& member : metadata.GetObject()) {
-            if (!member.value.IsString()) {
-                return malformed("__metadata__ values must be strings");
-            }
-            const std::string_view key{member.name.GetString(), member.name.GetStringLength()};
-            if (!key.starts_with(original_dtype_key)) {
+        for (const auto& [key, value] : metadata) {
+            if (!std::string_view{key}.starts_with(original_dtype_key)) {
                 continue;
             }
-            const std::string_view tensor = key.substr(original_dtype_key.size());
-            const auto original = float_dtype_from_name(
-                {member.value.GetString(), member.value.GetStringLength()});
+            const std::string_view tensor = std::string_view{key}.substr(original_dtype_key.size());
+            const auto original = float_dtype_from_name(value);
             const auto plan = std::find_if(plans.begin(), plans.end(),
                                            [&](const tensor_plan& p) { return p.name == tensor; });
-            if (!original || plan == plans.end() || !plan->stored.is_float()) {
-                return malformed("metadata \"" + std::string{key} +
-                                 "\" names no float tensor or no float dtype");
+            if (!original || plan == plans.end()) {
+                return malformed("metadata \"" + key + "\" names no tensor or no float dtype");
             }
             plan->original = *original;
         }

@@ -149,6 +149,16 @@ BOOST_AUTO_TEST_CASE(import_names_other_than_ids_get_the_id_of_the_name)
     const auto padded = import(R"({"017":{"dtype":"BF16","shape":[0],"data_offsets":[0,0]}})");
     BOOST_REQUIRE(padded.has_value());
     BOOST_TEST(padded.value().entries()[0].id == ruda::param_id::from_name("017").val());
+    // Escapes decode to UTF-8 before the id is taken; whitespace may go anywhere.
+    const auto escaped = import(" {\n \"caf\\u00e9.\\ud83d\\ude00\\\"w\" : { \"dtype\" : \"F32\", "
+                                "\"shape\" : [ ] , \"data_offsets\" : [ 0 , 4 ] } }\t", 4);
+    BOOST_REQUIRE(escaped.has_value());
+    BOOST_TEST(escaped.value().entries()[0].id ==
+               ruda::param_id::from_name("caf\xc3\xa9.\xf0\x9f\x98\x80\"w").val());
+    for (const std::string bad_name : {"\\ud83d", "\\ude00", "\\u12", "\\x", "tab\there"}) {
+        const auto refused = import("{\"" + bad_name + R"(":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})", 4);
+        BOOST_TEST(refused.error() == errc::malformed_record, bad_name);
+    }
 }
 
 BOOST_AUTO_TEST_CASE(import_refuses_a_broken_frame_or_header)
@@ -171,6 +181,11 @@ BOOST_AUTO_TEST_CASE(import_refuses_a_broken_frame_or_header)
              std::string{R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})"},
              std::string{R"({"a":{"dtype":7,"shape":[1],"data_offsets":[0,4]}})"},
              std::string{R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})"},
+             std::string{R"({"a":{"dtype":"F32","shape":[1.0],"data_offsets":[0,4]}})"},
+             std::string{R"({"a":{"dtype":"F32","shape":[01],"data_offsets":[0,4]}})"},
+             std::string{R"({"a":{"dtype":"F32","shape":[18446744073709551616],"data_offsets":[0,4]}})"},
+             std::string{R"({"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})"},
+             std::string{R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},})"},
              std::string{R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4]}})"},
              std::string{R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})"},
              std::string{R"({"__metadata__":[],"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})"},

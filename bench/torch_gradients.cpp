@@ -1,0 +1,185 @@
+// bench/torch_gradients: ruda snapshotting a torch model's real gradients (an MLP of `layers`
+// square Linear layers after one backward), against what a C++ trainer does without ruda, all
+// in one run on the same tensors:
+//   snapshot: from_module + to_record_async<torch_backend> (copies on the read workers) and
+//   try_to_record, against clone() of every .grad() and a memcpy of each into a fresh buffer
+//   (the limit: the bytes must be copied once);
+//   checkpoint: the snapshot plus save_checkpoint_file (checksums, fsync, rename), against
+//   clone() plus torch::save of the gradient list and an fsync.
+// Figures are medians; --json writes them for bench/run.
+//
+//   torch_gradients [--width N] [--layers N] [--reps N] [--dir DIR] [--json PATH]
+#include "bench_util.hpp"
+
+#include <ruda/optim/module_gradients.hpp>
+#include <ruda/ruda.hpp>
+
+#include <torch/torch.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using bench::median;
+using bench::seconds;
+using tb = ruda::torch_backend;
+namespace fs = std::filesystem;
+
+struct settings {
+    std::int64_t width = 2048;
+    int layers = 8;
+    int reps = 5;
+    fs::path dir = ".";
+    std::optional<std::string> json;
+};
+
+bool parse(int argc, char** argv, settings& s)
+{
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        const bool has_value = i + 1 < argc;
+        if (arg == "--width" && has_value) {
+            s.width = std::atol(argv[++i]);
+        } else if (arg == "--layers" && has_value) {
+            s.layers = std::atoi(argv[++i]);
+        } else if (arg == "--reps" && has_value) {
+            s.reps = std::atoi(argv[++i]);
+        } else if (arg == "--dir" && has_value) {
+            s.dir = argv[++i];
+        } else if (arg == "--json" && has_value) {
+            s.json = argv[++i];
+        } else {
+            return false;
+        }
+    }
+    return s.width > 0 && s.layers > 0 && s.reps >= 1;
+}
+
+void fsync_file(const fs::path& path)
+{
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::fsync(fd) != 0 || ::close(fd) != 0) {
+        std::perror(("fsync " + path.string()).c_str());
+        std::exit(1);
+    }
+}
+
+struct free_deleter {
+    void operator()(void* p) const noexcept { std::free(p); }
+};
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    settings s;
+    if (!parse(argc, argv, s)) {
+        std::fprintf(stderr, "usage: %s [--width N] [--layers N] [--reps N] [--dir DIR] [--json PATH]\n",
+                     argv[0]);
+        return 2;
+    }
+    torch::manual_seed(0);
+    torch::nn::Sequential model;
+    for (int i = 0; i < s.layers; ++i) {
+        model->push_back(torch::nn::Linear(s.width, s.width));
+        model->push_back(torch::nn::Tanh());
+    }
+    model->forward(torch::randn({16, s.width})).sum().backward();
+    const auto grads = ruda::from_module(*model).value();
+    std::vector<torch::Tensor> grad_tensors;
+    double bytes = 0;
+    for (const auto& p : model->parameters()) {
+        grad_tensors.push_back(p.grad());
+        bytes += static_cast<double>(p.grad().numel() * p.grad().element_size());
+    }
+
+    const fs::path ruda_path = s.dir / "torch-gradients.ruda";
+    const fs::path torch_path = s.dir / "torch-gradients.pt";
+    std::vector<double> async_times;
+    std::vector<double> sync_times;
+    std::vector<double> clone_times;
+    std::vector<double> memcpy_times;
+    std::vector<double> ruda_save_times;  // snapshot + durable save
+    std::vector<double> torch_save_times; // clone + torch::save + fsync
+    for (int r = 0; r < s.reps; ++r) {
+        std::optional<ruda::gradients_params_record> record;
+        async_times.push_back(seconds([&] { record = bench::run(grads.to_record_async<tb>()); }));
+        if (record->entries().size() != grad_tensors.size()) {
+            std::fprintf(stderr, "the snapshot has %zu gradients, the model %zu\n",
+                         record->entries().size(), grad_tensors.size());
+            return 1;
+        }
+        record.reset();
+        sync_times.push_back(seconds([&] { record = grads.try_to_record<tb>().value(); }));
+        record.reset();
+        {
+            std::vector<torch::Tensor> copies;
+            clone_times.push_back(seconds([&] {
+                for (const auto& g : grad_tensors) {
+                    copies.push_back(g.clone());
+                }
+            }));
+        }
+        {
+            std::vector<std::unique_ptr<void, free_deleter>> buffers;
+            memcpy_times.push_back(seconds([&] {
+                for (const auto& g : grad_tensors) {
+                    const auto n = static_cast<std::size_t>(g.numel() * g.element_size());
+                    buffers.emplace_back(std::malloc(n));
+                    std::memcpy(buffers.back().get(), g.data_ptr(), n);
+                }
+            }));
+        }
+        fs::remove(ruda_path);
+        ::sync();
+        ruda_save_times.push_back(seconds([&] {
+            ruda::checkpoint contents{bench::run(grads.to_record_async<tb>())};
+            ruda::save_checkpoint_file(ruda_path, contents).value();
+        }));
+        fs::remove(torch_path);
+        ::sync();
+        torch_save_times.push_back(seconds([&] {
+            std::vector<torch::Tensor> copies;
+            for (const auto& g : grad_tensors) {
+                copies.push_back(g.clone());
+            }
+            torch::save(copies, torch_path.string());
+            fsync_file(torch_path);
+        }));
+    }
+    fs::remove(ruda_path);
+    fs::remove(torch_path);
+    std::printf("torch_gradients: %d Linear(%lld, %lld) layers, %zu gradients, %.1f MiB (libtorch "
+                "%s, %zu read workers), median of %d:\n"
+                "  to_record_async %.2f ms, try_to_record %.2f ms, clone() %.2f ms, memcpy into "
+                "fresh buffers %.2f ms\n"
+                "  snapshot + save_checkpoint_file %.1f ms, clone() + torch::save + fsync %.1f ms\n",
+                s.layers, static_cast<long long>(s.width), static_cast<long long>(s.width),
+                grad_tensors.size(), bytes / (1 << 20), TORCH_VERSION, tb::read_workers(), s.reps,
+                median(async_times) * 1e3, median(sync_times) * 1e3, median(clone_times) * 1e3,
+                median(memcpy_times) * 1e3, median(ruda_save_times) * 1e3,
+                median(torch_save_times) * 1e3);
+    if (s.json) {
+        bench::figures f;
+        f.add("gradients", static_cast<double>(grad_tensors.size()));
+        f.add("bytes", bytes);
+        f.add("snapshot_s", median(async_times));
+        f.add("snapshot_sync_s", median(sync_times));
+        f.add("clone_s", median(clone_times));
+        f.add("memcpy_fresh_s", median(memcpy_times));
+        f.add("save_s", median(ruda_save_times));
+        f.add("torch_save_fsync_s", median(torch_save_times));
+        f.write(*s.json);
+    }
+    return 0;
+}
