@@ -1,6 +1,6 @@
-// What every benchmark program needs: timing a callable, the median of repeated runs, running
-// a ruda coroutine to completion on a fresh io_context on this thread, and handing its figures
-// to bench/run as JSON.
+// What every benchmark program needs: timing a callable, the median of repeated runs, an
+// fsync of a file a peer wrote, running a ruda coroutine to completion on a fresh io_context on
+// this thread, and handing its figures to bench/run as JSON.
 #pragma once
 
 #include <ruda/error.hpp>
@@ -9,13 +9,16 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include <fcntl.h>
 #include <malloc.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iomanip>
@@ -43,6 +46,16 @@ inline double median(std::vector<double> v)
 {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
+}
+
+/// fsync of a file another library wrote (torch::save does not sync); exits if it fails.
+inline void fsync_file(const std::filesystem::path& path)
+{
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::fsync(fd) != 0 || ::close(fd) != 0) {
+        std::perror(("fsync " + path.string()).c_str());
+        std::exit(1);
+    }
 }
 
 template <class T>

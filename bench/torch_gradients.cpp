@@ -16,9 +16,6 @@
 
 #include <torch/torch.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +28,7 @@
 namespace {
 
 using bench::median;
+using bench::fsync_file;
 using bench::seconds;
 using tb = ruda::torch_backend;
 namespace fs = std::filesystem;
@@ -65,14 +63,6 @@ bool parse(int argc, char** argv, settings& s)
     return s.width > 0 && s.layers > 0 && s.reps >= 1;
 }
 
-void fsync_file(const fs::path& path)
-{
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || ::fsync(fd) != 0 || ::close(fd) != 0) {
-        std::perror(("fsync " + path.string()).c_str());
-        std::exit(1);
-    }
-}
 
 struct free_deleter {
     void operator()(void* p) const noexcept { std::free(p); }

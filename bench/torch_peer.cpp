@@ -13,9 +13,6 @@
 
 #include <torch/torch.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -26,6 +23,7 @@
 namespace {
 
 using bench::median;
+using bench::fsync_file;
 using bench::seconds;
 namespace fs = std::filesystem;
 
@@ -66,14 +64,6 @@ bool parse(int argc, char** argv, settings& s)
     return s.tensors > 0 && s.elements > 0 && s.reps >= 1;
 }
 
-void fsync_file(const fs::path& path)
-{
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || ::fsync(fd) != 0 || ::close(fd) != 0) {
-        std::perror(("fsync " + path.string()).c_str());
-        std::exit(1);
-    }
-}
 
 } // namespace
 
