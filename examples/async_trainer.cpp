@@ -11,6 +11,7 @@
 // writes the run's figures for bench/run.
 //
 //   async_trainer [--steps N] [--snapshot-every N] [--latency-ms N] [--dir DIR] [--json PATH]
+#include "checkpoint_dir.hpp"
 #include "mlp.hpp"
 
 #include <ruda/ruda.hpp>
@@ -342,18 +343,11 @@ int main(int argc, char** argv)
                      argv[0]);
         return 2;
     }
-    fs::path dir;
-    if (opts->dir) {
-        dir = fs::absolute(*opts->dir);
-        fs::create_directories(dir);
-    } else {
-        std::string pattern = (fs::temp_directory_path() / "ruda-async-trainer-XXXXXX").string();
-        if (::mkdtemp(pattern.data()) == nullptr) {
-            std::perror("mkdtemp");
-            return 1;
-        }
-        dir = pattern;
+    const examples::checkpoint_dir where{opts->dir, "ruda-async-trainer"};
+    if (!where.ok()) {
+        return 1;
     }
+    const fs::path& dir = where.path();
     const mlp::config c{};
     std::printf("MLP %zu-%zu-%zu, %zu samples per micro-batch, %zu micro-batches per step, "
                 "%llu steps;\ngradients on async_device (%ld ms per read); snapshot mid-window "
@@ -381,10 +375,6 @@ int main(int argc, char** argv)
         if (opts->json) {
             write_figures(*opts->json, opts->steps, shared.taken, report);
         }
-    }
-    if (!opts->dir) {
-        std::error_code ignored;
-        fs::remove_all(dir, ignored);
     }
     return failures == 0 ? 0 : 1;
 }

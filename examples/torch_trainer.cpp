@@ -12,6 +12,8 @@
 // uninterrupted run. Exits non-zero otherwise.
 //
 //   torch_trainer [--steps N] [--snapshot-every N] [--dir DIR]
+#include "checkpoint_dir.hpp"
+
 #include <ruda/optim/module_gradients.hpp>
 #include <ruda/ruda.hpp>
 
@@ -363,18 +365,11 @@ int main(int argc, char** argv)
                      argv[0]);
         return 2;
     }
-    fs::path dir;
-    if (opts->dir) {
-        dir = fs::absolute(*opts->dir);
-        fs::create_directories(dir);
-    } else {
-        std::string pattern = (fs::temp_directory_path() / "ruda-torch-trainer-XXXXXX").string();
-        if (::mkdtemp(pattern.data()) == nullptr) {
-            std::perror("mkdtemp");
-            return 1;
-        }
-        dir = pattern;
+    const examples::checkpoint_dir where{opts->dir, "ruda-torch-trainer"};
+    if (!where.ok()) {
+        return 1;
     }
+    const fs::path& dir = where.path();
     std::printf("torch MLP %lld-%lld-%lld-%lld (libtorch %s), %lld samples per micro-batch, %lld "
                 "micro-batches per step, %llu steps;\ncheckpoint mid-window every %llu steps "
                 "into %s, %zu read workers\n\n",
@@ -396,10 +391,6 @@ int main(int argc, char** argv)
         });
         io.run(); // ends once training is done and every checkpoint is durable
         failures = verify(*opts, run);
-    }
-    if (!opts->dir) {
-        std::error_code ignored;
-        fs::remove_all(dir, ignored);
     }
     return failures == 0 ? 0 : 1;
 }
