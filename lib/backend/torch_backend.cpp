@@ -230,15 +230,17 @@ boost::asio::awaitable<result<tensor_data>> read_on_workers(copy_function copy)
 // Pieces small enough that a cancel is honoured within a few milliseconds.
 constexpr std::size_t copy_piece = std::size_t{4} << 20U;
 
-// `size` bytes from `source` into `target`, piece by piece; false when cancelled.
-bool copy_in_pieces(std::uint8_t* target, const std::uint8_t* source, std::size_t size,
-                    const std::atomic<bool>& cancelled)
+// `size` bytes from `source` appended to `target` (whose capacity holds them) piece by piece,
+// with no zero-fill first; false when cancelled.
+bool copy_in_pieces(std::vector<std::uint8_t>& target, const std::uint8_t* source,
+                    std::size_t size, const std::atomic<bool>& cancelled)
 {
     for (std::size_t done = 0; done < size; done += copy_piece) {
         if (cancelled.load(std::memory_order_relaxed)) {
             return false;
         }
-        std::memcpy(target + done, source + done, std::min(copy_piece, size - done));
+        const std::size_t piece = std::min(copy_piece, size - done);
+        target.insert(target.end(), source + done, source + done + piece);
     }
     return true;
 }
@@ -246,10 +248,13 @@ bool copy_in_pieces(std::uint8_t* target, const std::uint8_t* source, std::size_
 result<tensor_data> copy_float(const at::Tensor& tensor, dtype type,
                                const std::atomic<bool>& cancelled)
 {
+    if (cancelled.load()) {
+        return cancelled_read();
+    }
     const at::Tensor source = tensor.contiguous(); // the tensor itself when it already is
     const auto size = static_cast<std::size_t>(source.numel()) * source.element_size();
-    auto bytes = detail::host_buffer(size);
-    if (!copy_in_pieces(bytes.data(), static_cast<const std::uint8_t*>(source.data_ptr()), size,
+    auto bytes = detail::host_buffer_capacity(size);
+    if (!copy_in_pieces(bytes, static_cast<const std::uint8_t*>(source.data_ptr()), size,
                         cancelled)) {
         return cancelled_read();
     }
@@ -259,15 +264,19 @@ result<tensor_data> copy_float(const at::Tensor& tensor, dtype type,
 // The int8 values, then the scale as a little-endian f32: ruda's q8s layout.
 result<tensor_data> copy_quantized(const at::Tensor& tensor, const std::atomic<bool>& cancelled)
 {
+    if (cancelled.load()) {
+        return cancelled_read();
+    }
     const at::Tensor source = tensor.contiguous();
     const auto count = static_cast<std::size_t>(source.numel());
     const auto scale = static_cast<float>(source.q_scale());
-    auto bytes = detail::host_buffer(count + sizeof(float));
-    if (!copy_in_pieces(bytes.data(), static_cast<const std::uint8_t*>(source.data_ptr()), count,
+    auto bytes = detail::host_buffer_capacity(count + sizeof(float));
+    if (!copy_in_pieces(bytes, static_cast<const std::uint8_t*>(source.data_ptr()), count,
                         cancelled)) {
         return cancelled_read();
     }
-    std::memcpy(bytes.data() + count, &scale, sizeof(float));
+    const auto* scale_bytes = reinterpret_cast<const std::uint8_t*>(&scale);
+    bytes.insert(bytes.end(), scale_bytes, scale_bytes + sizeof(float));
     return tensor_data{std::move(bytes), ruda_shape(source), torch_backend::q8s_dtype()};
 }
 

@@ -33,20 +33,24 @@ void populate(std::uint8_t* data, std::size_t size)
 
 } // namespace
 
-std::vector<std::uint8_t> host_buffer(std::size_t size)
+std::vector<std::uint8_t> host_buffer_capacity(std::size_t size)
 {
     std::vector<std::uint8_t> buffer;
     buffer.reserve(size);
     populate(buffer.data(), size);
+    return buffer;
+}
+
+std::vector<std::uint8_t> host_buffer(std::size_t size)
+{
+    auto buffer = host_buffer_capacity(size);
     buffer.resize(size);
     return buffer;
 }
 
 std::vector<std::uint8_t> host_buffer_copy(std::span<const std::uint8_t> bytes)
 {
-    std::vector<std::uint8_t> buffer;
-    buffer.reserve(bytes.size());
-    populate(buffer.data(), bytes.size());
+    auto buffer = host_buffer_capacity(bytes.size());
     buffer.assign(bytes.begin(), bytes.end());
     return buffer;
 }

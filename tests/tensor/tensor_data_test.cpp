@@ -113,7 +113,7 @@ BOOST_AUTO_TEST_CASE(equality_and_moving_bytes_out)
 
 // Host buffers for snapshot copies and checkpoint payloads: below and above the size where
 // their pages are mapped in one call, and at sizes that are not whole pages.
-BOOST_AUTO_TEST_CASE(host_buffers_are_zeroed_or_exact_copies)
+BOOST_AUTO_TEST_CASE(host_buffers_are_zeroed_exact_copies_or_room_to_append)
 {
     for (const std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{4097},
                                    (std::size_t{1} << 20U) + 3, std::size_t{3} << 20U}) {
@@ -126,6 +126,14 @@ BOOST_AUTO_TEST_CASE(host_buffers_are_zeroed_or_exact_copies)
             source[i] = static_cast<std::uint8_t>(i * 131 + 7);
         }
         BOOST_TEST((ruda::detail::host_buffer_copy(source) == source));
+
+        auto appended = ruda::detail::host_buffer_capacity(size);
+        BOOST_TEST(appended.empty());
+        BOOST_TEST(appended.capacity() >= size);
+        const auto* before = appended.data();
+        appended.insert(appended.end(), source.begin(), source.end());
+        BOOST_TEST((appended == source));
+        BOOST_TEST((size == 0 || appended.data() == before)); // no reallocation on the way
     }
 }
 

@@ -3,6 +3,10 @@
 // coroutine's thread stays free, and complete on the reader's own executor. Built only when
 // libtorch is found (CMake `RUDA_WITH_TORCH`, Meson `torch`); link `ruda::torch`.
 //
+// The read workers are shared by the whole process, so, as with any Asio operation, the
+// reader's io_context must outlive the reads it starts: cancel them and let them complete
+// (promptly, with `errc::cancelled`) before it goes.
+//
 // Torch tensors are mutable: a read copies the values the tensor holds when the read runs.
 // Do not change a gradient (`backward()`, an in-place `zero_()`) until the snapshot reading it
 // has completed; `zero_grad(/*set_to_none=*/true)` replaces the tensors and is always safe.
@@ -63,8 +67,10 @@ struct torch_backend {
     [[nodiscard]] static ruda::dtype q8s_dtype();
 
     /// Copies the values (contiguous, in torch's element layout, which is ruda's) on a read
-    /// worker; quantized tensors give their int8 values followed by the f32 scale. A cancelled
-    /// read completes promptly with `errc::cancelled`, also in the middle of a large copy.
+    /// worker, in 4 MiB pieces appended to a buffer that is never zero-filled first; quantized
+    /// tensors give their int8 values followed by the f32 scale. A cancelled read completes
+    /// promptly with `errc::cancelled`: at once while queued, after the current piece while
+    /// copying.
     static boost::asio::awaitable<result<tensor_data>> float_into_data(float_tensor tensor);
     static boost::asio::awaitable<result<tensor_data>> q_into_data(quantized_tensor tensor);
 

@@ -13,6 +13,10 @@ namespace ruda::detail {
 /// `size` zero bytes.
 [[nodiscard]] std::vector<std::uint8_t> host_buffer(std::size_t size);
 
+/// An empty buffer with room for `size` bytes, its pages mapped: append to it (piece by piece,
+/// say) without first paying the zero-fill of a sized buffer.
+[[nodiscard]] std::vector<std::uint8_t> host_buffer_capacity(std::size_t size);
+
 /// A copy of `bytes`.
 [[nodiscard]] std::vector<std::uint8_t> host_buffer_copy(std::span<const std::uint8_t> bytes);
 
