@@ -127,8 +127,9 @@ bool same_bits(const torch::Tensor& a, const torch::Tensor& b)
         return true;
     }
     return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() &&
-           std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(),
-                       static_cast<std::size_t>(a.numel()) * a.element_size()) == 0;
+           (a.numel() == 0 || std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(),
+                                          static_cast<std::size_t>(a.numel()) *
+                                              a.element_size()) == 0);
 }
 
 // Weights and gradients of two models, bit for bit.

@@ -39,7 +39,8 @@ bool same_bytes(const torch::Tensor& a, const torch::Tensor& b)
     const auto x = a.contiguous();
     const auto y = b.contiguous();
     return x.scalar_type() == y.scalar_type() && x.sizes() == y.sizes() &&
-           std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
+           (x.numel() == 0 || // an empty tensor's data pointer may be null
+            std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0);
 }
 
 tb::float_tensor wrap(torch::Tensor t) { return tb::float_tensor::wrap(std::move(t)).value(); }
