@@ -80,6 +80,16 @@ result<void> check_cpu_strided(const at::Tensor& tensor)
     return success();
 }
 
+// Uploads go to the CPU: this build has no other torch device.
+result<void> check_cpu_upload(const torch_backend::device& device)
+{
+    if (!device.where.is_cpu()) {
+        return error{errc::invalid_dtype, "torch backend: cannot upload to " + device.where.str() +
+                                              "; this build uploads to the CPU only"};
+    }
+    return success();
+}
+
 result<std::vector<std::int64_t>> torch_sizes(const shape& dims)
 {
     std::vector<std::int64_t> sizes;
@@ -165,20 +175,21 @@ using copy_function = std::function<result<tensor_data>(const std::atomic<bool>&
 
 error cancelled_read() { return error{errc::cancelled, "torch backend: read cancelled"}; }
 
-// One read: completed exactly once, by the worker or, while it is still queued, by a cancel.
+// One read: completed exactly once, by whoever claims it first: the worker when it starts the
+// copy, or a cancel that arrives while the read is still queued.
 struct read_job {
-    enum phase : int { queued, copying, completed };
-
     read_job(boost::asio::any_io_executor w, read_handler h)
         : work(std::move(w)), handler(std::move(h))
     {
     }
+    // Whether the caller is the one to complete the read.
+    bool claim() { return !claimed.exchange(true); }
     void complete(result<tensor_data> outcome)
     {
         detail::post_completion(std::move(work), std::move(handler), std::move(outcome));
     }
 
-    std::atomic<int> state{queued};
+    std::atomic<bool> claimed{false};
     std::atomic<bool> cancelled{false};
     boost::asio::any_io_executor work;
     read_handler handler;
@@ -193,16 +204,14 @@ void submit(copy_function copy, boost::asio::any_io_executor work, read_handler 
         slot.assign([weak = std::weak_ptr<read_job>(job)](boost::asio::cancellation_type) {
             if (auto target = weak.lock()) {
                 target->cancelled.store(true);
-                int expected = read_job::queued;
-                if (target->state.compare_exchange_strong(expected, read_job::completed)) {
+                if (target->claim()) {
                     target->complete(cancelled_read());
                 }
             }
         });
     }
     boost::asio::post(worker_pool::instance().executor(), [job, copy = std::move(copy)] {
-        int expected = read_job::queued;
-        if (!job->state.compare_exchange_strong(expected, read_job::copying)) {
+        if (!job->claim()) {
             return; // cancelled while queued, and already completed
         }
         result<tensor_data> outcome = cancelled_read();
@@ -211,7 +220,6 @@ void submit(copy_function copy, boost::asio::any_io_executor work, read_handler 
         } catch (const std::exception& e) {
             outcome = error{errc::read_failed, std::string{"torch backend: "} + e.what()};
         }
-        job->state.store(read_job::completed);
         job->complete(std::move(outcome));
     });
 }
@@ -230,54 +238,43 @@ boost::asio::awaitable<result<tensor_data>> read_on_workers(copy_function copy)
 // Pieces small enough that a cancel is honoured within a few milliseconds.
 constexpr std::size_t copy_piece = std::size_t{4} << 20U;
 
-// `size` bytes from `source` appended to `target` (whose capacity holds them) piece by piece,
-// with no zero-fill first; false when cancelled.
-bool copy_in_pieces(std::vector<std::uint8_t>& target, const std::uint8_t* source,
-                    std::size_t size, const std::atomic<bool>& cancelled)
-{
-    for (std::size_t done = 0; done < size; done += copy_piece) {
-        if (cancelled.load(std::memory_order_relaxed)) {
-            return false;
-        }
-        const std::size_t piece = std::min(copy_piece, size - done);
-        target.insert(target.end(), source + done, source + done + piece);
-    }
-    return true;
-}
-
-result<tensor_data> copy_float(const at::Tensor& tensor, dtype type,
-                               const std::atomic<bool>& cancelled)
+// The tensor's values, contiguous, appended piece by piece to a buffer with room for `extra`
+// bytes more and never zero-filled first; errc::cancelled once the flag is set.
+result<std::vector<std::uint8_t>> copy_values(const at::Tensor& tensor, std::size_t extra,
+                                              const std::atomic<bool>& cancelled)
 {
     if (cancelled.load()) {
         return cancelled_read();
     }
     const at::Tensor source = tensor.contiguous(); // the tensor itself when it already is
     const auto size = static_cast<std::size_t>(source.numel()) * source.element_size();
-    auto bytes = detail::host_buffer_capacity(size);
-    if (!copy_in_pieces(bytes, static_cast<const std::uint8_t*>(source.data_ptr()), size,
-                        cancelled)) {
-        return cancelled_read();
+    const auto* from = static_cast<const std::uint8_t*>(source.data_ptr());
+    auto bytes = detail::host_buffer_capacity(size + extra);
+    for (std::size_t done = 0; done < size; done += copy_piece) {
+        if (cancelled.load(std::memory_order_relaxed)) {
+            return cancelled_read();
+        }
+        const std::size_t piece = std::min(copy_piece, size - done);
+        bytes.insert(bytes.end(), from + done, from + done + piece);
     }
-    return tensor_data{std::move(bytes), ruda_shape(source), type};
+    return bytes;
+}
+
+result<tensor_data> copy_float(const at::Tensor& tensor, dtype type,
+                               const std::atomic<bool>& cancelled)
+{
+    BOOST_OUTCOME_TRY(auto bytes, copy_values(tensor, 0, cancelled));
+    return tensor_data{std::move(bytes), ruda_shape(tensor), type};
 }
 
 // The int8 values, then the scale as a little-endian f32: ruda's q8s layout.
 result<tensor_data> copy_quantized(const at::Tensor& tensor, const std::atomic<bool>& cancelled)
 {
-    if (cancelled.load()) {
-        return cancelled_read();
-    }
-    const at::Tensor source = tensor.contiguous();
-    const auto count = static_cast<std::size_t>(source.numel());
-    const auto scale = static_cast<float>(source.q_scale());
-    auto bytes = detail::host_buffer_capacity(count + sizeof(float));
-    if (!copy_in_pieces(bytes, static_cast<const std::uint8_t*>(source.data_ptr()), count,
-                        cancelled)) {
-        return cancelled_read();
-    }
+    BOOST_OUTCOME_TRY(auto bytes, copy_values(tensor, sizeof(float), cancelled));
+    const auto scale = static_cast<float>(tensor.q_scale());
     const auto* scale_bytes = reinterpret_cast<const std::uint8_t*>(&scale);
     bytes.insert(bytes.end(), scale_bytes, scale_bytes + sizeof(float));
-    return tensor_data{std::move(bytes), ruda_shape(source), torch_backend::q8s_dtype()};
+    return tensor_data{std::move(bytes), ruda_shape(tensor), torch_backend::q8s_dtype()};
 }
 
 } // namespace
@@ -352,10 +349,7 @@ result<torch_backend::float_tensor> torch_backend::float_from_data(tensor_data d
                                                                    const device& device)
 {
     BOOST_OUTCOME_TRY(detail::check_float_upload(data, name()));
-    if (!device.where.is_cpu()) {
-        return error{errc::invalid_dtype, "torch backend: cannot upload to " + device.where.str() +
-                                              "; this build uploads to the CPU only"};
-    }
+    BOOST_OUTCOME_TRY(check_cpu_upload(device));
     const auto type = torch_float_type(data.dtype());
     if (!type) {
         return error{errc::invalid_dtype,
@@ -375,10 +369,7 @@ result<torch_backend::quantized_tensor> torch_backend::q_from_data(tensor_data d
                                                                    const device& device)
 {
     BOOST_OUTCOME_TRY(detail::check_quantized_upload(data, name()));
-    if (!device.where.is_cpu()) {
-        return error{errc::invalid_dtype, "torch backend: cannot upload to " + device.where.str() +
-                                              "; this build uploads to the CPU only"};
-    }
+    BOOST_OUTCOME_TRY(check_cpu_upload(device));
     if (!(data.dtype() == q8s_dtype())) {
         return error{errc::invalid_quantization,
                      "torch backend: torch has no tensor for " + to_string(data.dtype()) +

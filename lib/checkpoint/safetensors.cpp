@@ -76,8 +76,6 @@ std::optional<dtype> float_dtype_from_name(std::string_view name)
     return std::nullopt;
 }
 
-void append_number(std::string& out, std::uint64_t value) { out += std::to_string(value); }
-
 // The JSON header, padded with spaces so that the data starts 8-byte aligned.
 result<std::string> header_for(const std::vector<gradient_entry>& entries)
 {
@@ -102,14 +100,12 @@ result<std::string> header_for(const std::vector<gradient_entry>& entries)
             if (i != 0) {
                 tensors += ',';
             }
-            append_number(tensors, entry.data.shape()[i]);
+            tensors += std::to_string(entry.data.shape()[i]);
         }
         tensors += "],\"data_offsets\":[";
-        append_number(tensors, offset);
-        tensors += ',';
+        tensors += std::to_string(offset) + ',';
         offset += entry.data.bytes().size();
-        append_number(tensors, offset);
-        tensors += "]}";
+        tensors += std::to_string(offset) + "]}";
     }
     std::string header = "{" + metadata + "}" + tensors + "}";
     header.resize((header.size() + 8 + 7) / 8 * 8 - 8, ' ');
