@@ -29,5 +29,7 @@
 #include <ruda/tensor/dtype.hpp>
 #include <ruda/tensor/half.hpp>
 #include <ruda/tensor/quant_scheme.hpp>
+#include <ruda/tensor/storage.hpp>
+#include <ruda/tensor/storage_pool.hpp>
 #include <ruda/tensor/tensor_data.hpp>
 #include <ruda/version.hpp>

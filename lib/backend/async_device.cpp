@@ -3,7 +3,6 @@
 #include <ruda/backend/async_device.hpp>
 #include <ruda/runtime/blocking_scope.hpp>
 #include <ruda/runtime/detail/post_completion.hpp>
-#include <ruda/tensor/detail/host_buffer.hpp>
 
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/cancellation_type.hpp>
@@ -14,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -185,10 +185,28 @@ private:
                 finish(op, make_error_code(errc::read_failed));
             } else {
                 const tensor_data& source = *op->source;
-                finish(op, {}, tensor_data{detail::host_buffer_copy(source.bytes()),
-                                           source.shape(), source.dtype()});
+                auto bytes = copy_out(source.bytes());
+                if (!bytes) {
+                    finish(op, bytes.error().code());
+                    return;
+                }
+                finish(op, {}, tensor_data{std::move(bytes).value(), source.shape(),
+                                           source.dtype()});
             }
         });
+    }
+
+    // The bytes a transfer delivers, in a pool buffer when the device has a pool.
+    result<storage> copy_out(const storage& source) const
+    {
+        if (!options_.record_pool) {
+            return storage::copy_of(source);
+        }
+        BOOST_OUTCOME_TRY(auto bytes, options_.record_pool->acquire(source.size()));
+        if (!source.empty()) {
+            std::memcpy(bytes.writable_data(), source.data(), source.size());
+        }
+        return bytes;
     }
 
     // Completes `op` exactly once, then starts the next queued read.

@@ -42,7 +42,7 @@ result<tensor_data> cast_data(const tensor_data& data, dtype target)
     BOOST_OUTCOME_TRY(auto converted, data.convert(target));
     if (target == dtype::flex32()) {
         auto dims = converted.shape();
-        return tensor_data{std::move(converted).into_bytes(), std::move(dims), target};
+        return tensor_data{std::move(converted).into_storage(), std::move(dims), target};
     }
     return converted;
 }

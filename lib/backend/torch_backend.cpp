@@ -4,7 +4,6 @@
 #include <ruda/backend/detail/backend_checks.hpp>
 #include <ruda/runtime/blocking_scope.hpp>
 #include <ruda/runtime/detail/post_completion.hpp>
-#include <ruda/tensor/detail/host_buffer.hpp>
 
 #include <ATen/ATen.h>
 
@@ -238,10 +237,10 @@ boost::asio::awaitable<result<tensor_data>> read_on_workers(copy_function copy)
 // Pieces small enough that a cancel is honoured within a few milliseconds.
 constexpr std::size_t copy_piece = std::size_t{4} << 20U;
 
-// The tensor's values, contiguous, appended piece by piece to a buffer with room for `extra`
-// bytes more and never zero-filled first; errc::cancelled once the flag is set.
-result<std::vector<std::uint8_t>> copy_values(const at::Tensor& tensor, std::size_t extra,
-                                              const std::atomic<bool>& cancelled)
+// The tensor's values, contiguous, copied piece by piece into unfilled memory with room for
+// `extra` bytes more; errc::cancelled once the flag is set.
+result<storage> copy_values(const at::Tensor& tensor, std::size_t extra,
+                            const std::atomic<bool>& cancelled)
 {
     if (cancelled.load()) {
         return cancelled_read();
@@ -249,13 +248,13 @@ result<std::vector<std::uint8_t>> copy_values(const at::Tensor& tensor, std::siz
     const at::Tensor source = tensor.contiguous(); // the tensor itself when it already is
     const auto size = static_cast<std::size_t>(source.numel()) * source.element_size();
     const auto* from = static_cast<const std::uint8_t*>(source.data_ptr());
-    auto bytes = detail::host_buffer_capacity(size + extra);
+    BOOST_OUTCOME_TRY(auto bytes, storage::try_allocate(size + extra));
+    std::uint8_t* to = bytes.writable_data();
     for (std::size_t done = 0; done < size; done += copy_piece) {
         if (cancelled.load(std::memory_order_relaxed)) {
             return cancelled_read();
         }
-        const std::size_t piece = std::min(copy_piece, size - done);
-        bytes.insert(bytes.end(), from + done, from + done + piece);
+        std::memcpy(to + done, from + done, std::min(copy_piece, size - done));
     }
     return bytes;
 }
@@ -272,8 +271,7 @@ result<tensor_data> copy_quantized(const at::Tensor& tensor, const std::atomic<b
 {
     BOOST_OUTCOME_TRY(auto bytes, copy_values(tensor, sizeof(float), cancelled));
     const auto scale = static_cast<float>(tensor.q_scale());
-    const auto* scale_bytes = reinterpret_cast<const std::uint8_t*>(&scale);
-    bytes.insert(bytes.end(), scale_bytes, scale_bytes + sizeof(float));
+    std::memcpy(bytes.writable_data() + bytes.size() - sizeof(float), &scale, sizeof(float));
     return tensor_data{std::move(bytes), ruda_shape(tensor), torch_backend::q8s_dtype()};
 }
 

@@ -4,7 +4,7 @@
 #include <ruda/checkpoint/detail/durable_writer.hpp>
 #include <ruda/checkpoint/detail/frame.hpp>
 #include <ruda/optim/validate_record.hpp>
-#include <ruda/tensor/detail/host_buffer.hpp>
+#include <ruda/tensor/detail/mapped_file.hpp>
 #include <ruda/version.hpp>
 
 #include <fcntl.h>
@@ -205,13 +205,12 @@ error checkpoint_reader::mismatch(const std::string& what) const
     return error{errc::checksum_mismatch, "Checkpoint " + path_.string() + ": checksum mismatch in " + what};
 }
 
-result<std::vector<std::uint8_t>>
-checkpoint_reader::read_payload(const payload_location& payload, bool verify,
-                                const std::string& what) const
+result<storage> checkpoint_reader::read_payload(const payload_location& payload, bool verify,
+                                                const std::string& what) const
 {
     // The frame check put the payload inside the file: this allocation is bounded by it.
-    std::vector<std::uint8_t> bytes(payload.length);
-    BOOST_OUTCOME_TRY(read_at(bytes.data(), bytes.size(), payload.offset));
+    BOOST_OUTCOME_TRY(auto bytes, storage::try_allocate(static_cast<std::size_t>(payload.length)));
+    BOOST_OUTCOME_TRY(read_at(bytes.writable_data(), bytes.size(), payload.offset));
     if (verify && detail::checksum(bytes) != payload.checksum) {
         return mismatch(what);
     }
@@ -228,7 +227,8 @@ result<tensor_data> checkpoint_reader::read_entry(const checkpoint_entry_info& e
 result<std::vector<std::uint8_t>> checkpoint_reader::read_section(
     const checkpoint_section_info& section, bool verify) const
 {
-    return read_payload(section.payload, verify, payload_name(section));
+    BOOST_OUTCOME_TRY(auto bytes, read_payload(section.payload, verify, payload_name(section)));
+    return bytes.to_vector();
 }
 
 result<bool> checkpoint_reader::payload_intact(const payload_location& payload) const
@@ -237,16 +237,73 @@ result<bool> checkpoint_reader::payload_intact(const payload_location& payload) 
     return detail::checksum(bytes) == payload.checksum;
 }
 
+std::string checkpoint_reader::mapping_reason(const checkpoint_load_options& options) const
+{
+    if (fd_ < 0 || options.mapping == load_mapping::never) {
+        return {};
+    }
+    return detail::unchangeable_because(fd_);
+}
+
+// One payload to load, and where its bytes end up.
+struct checkpoint_reader::payload_request {
+    const payload_location* payload;
+    std::string (*describe)(const void*); // names it in a checksum error
+    const void* info;                     // its entry or section
+    storage bytes;
+};
+
+namespace {
+
+std::string describe_entry(const void* info)
+{
+    return payload_name(*static_cast<const checkpoint_entry_info*>(info));
+}
+
+std::string describe_section(const void* info)
+{
+    return payload_name(*static_cast<const checkpoint_section_info*>(info));
+}
+
+bool all_zero(std::span<const std::uint8_t> bytes)
+{
+    return std::all_of(bytes.begin(), bytes.end(), [](std::uint8_t b) { return b == 0; });
+}
+
+// Payloads under this size share one buffer with their neighbours in the file (one read, one
+// allocation, no bookkeeping of their own); larger ones get a buffer each.
+constexpr std::size_t small_payload = std::size_t{256} << 10U;
+// The most bytes one shared buffer spans, and the widest gap it bridges between payloads.
+constexpr std::size_t run_limit = std::size_t{1} << 20U;
+constexpr std::size_t run_gap = 4096;
+
+} // namespace
+
+result<void> checkpoint_reader::check_padding(std::uint64_t from, std::uint64_t to) const
+{
+    std::array<std::uint8_t, 4096> chunk{};
+    while (from < to) {
+        const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(to - from, chunk.size()));
+        BOOST_OUTCOME_TRY(read_at(chunk.data(), n, from));
+        if (!all_zero({chunk.data(), n})) {
+            return nonzero_padding(from, from + n);
+        }
+        from += n;
+    }
+    return success();
+}
+
+error checkpoint_reader::nonzero_padding(std::uint64_t from, std::uint64_t to) const
+{
+    return error{errc::malformed_record, "Checkpoint " + path_.string() +
+                                             ": nonzero padding between offsets " +
+                                             std::to_string(from) + " and " + std::to_string(to)};
+}
+
 result<checkpoint> checkpoint_reader::load(const checkpoint_load_options& options) const
 {
-    // What to read: the selected entries and every section, each into its own buffer.
-    struct request {
-        const payload_location* payload;
-        std::vector<std::uint8_t> bytes;
-        const checkpoint_entry_info* entry; // null for a section
-        const checkpoint_section_info* section;
-    };
-    std::vector<request> requests;
+    // What to read: the selected entries, then every section.
+    std::vector<payload_request> requests;
     if (options.only_ids) {
         std::unordered_map<std::uint64_t, const checkpoint_entry_info*> by_id;
         for (const auto& entry : index_.entries) {
@@ -261,95 +318,40 @@ result<checkpoint> checkpoint_reader::load(const checkpoint_load_options& option
                                                          std::to_string(id)};
             }
             if (wanted.insert(id).second) {
-                requests.push_back({&found->second->payload, {}, found->second, nullptr});
+                requests.push_back({&found->second->payload, describe_entry, found->second, {}});
             }
         }
     } else {
+        requests.reserve(index_.entries.size() + index_.sections.size());
         for (const auto& entry : index_.entries) {
-            requests.push_back({&entry.payload, {}, &entry, nullptr});
+            requests.push_back({&entry.payload, describe_entry, &entry, {}});
         }
     }
     const std::size_t entry_count = requests.size();
     for (const auto& section : index_.sections) {
-        requests.push_back({&section.payload, {}, nullptr, &section});
+        requests.push_back({&section.payload, describe_section, &section, {}});
     }
-
-    // Read in file order. Small payloads (and padding) come through a staging buffer that
-    // holds up to 1 MiB of consecutive file bytes; large ones go straight to their buffer.
-    std::vector<request*> in_order;
-    for (request& r : requests) {
-        in_order.push_back(&r);
+    std::vector<std::uint32_t> in_order(requests.size());
+    for (std::uint32_t k = 0; k < in_order.size(); ++k) {
+        in_order[k] = k;
     }
-    std::sort(in_order.begin(), in_order.end(), [](const request* a, const request* b) {
-        return std::pair{a->payload->offset, a->payload->length} <
-               std::pair{b->payload->offset, b->payload->length};
+    std::sort(in_order.begin(), in_order.end(), [&](std::uint32_t a, std::uint32_t b) {
+        const auto& pa = *requests[a].payload;
+        const auto& pb = *requests[b].payload;
+        return std::pair{pa.offset, pa.length} < std::pair{pb.offset, pb.length};
     });
-    constexpr std::size_t staging_size = std::size_t{1} << 20U;
-    constexpr std::size_t direct_size = std::size_t{256} << 10U;
-    std::vector<std::uint8_t> staging;
-    std::uint64_t staged_from = 0;
-    const auto read = [&](std::uint8_t* data, std::size_t size, std::uint64_t offset) -> result<void> {
-        if (size >= direct_size || fd_ < 0) {
-            return read_at(data, size, offset);
-        }
-        if (staging.empty() || offset < staged_from || offset + size > staged_from + staging.size()) {
-            staged_from = offset;
-            staging.resize(static_cast<std::size_t>(
-                std::min<std::uint64_t>(staging_size, header_offset_ - offset)));
-            BOOST_OUTCOME_TRY(read_at(staging.data(), staging.size(), offset));
-        }
-        if (size != 0) {
-            std::memcpy(data, staging.data() + (offset - staged_from), size);
-        }
-        return success();
-    };
+
     const bool full = !options.only_ids;
-    const auto check_padding = [&](std::uint64_t from, std::uint64_t to) -> result<void> {
-        std::array<std::uint8_t, 4096> chunk{};
-        while (from < to) {
-            const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(to - from, chunk.size()));
-            BOOST_OUTCOME_TRY(read(chunk.data(), n, from));
-            if (std::any_of(chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(n),
-                            [](std::uint8_t b) { return b != 0; })) {
-                return error{errc::malformed_record, "Checkpoint " + path_.string() +
-                                                         ": nonzero padding between offsets " +
-                                                         std::to_string(from) + " and " +
-                                                         std::to_string(from + n)};
-            }
-            from += n;
-        }
-        return success();
-    };
-    std::uint64_t cursor = detail::preamble_size;
-    for (request* r : in_order) {
-        if (full) {
-            BOOST_OUTCOME_TRY(check_padding(cursor, r->payload->offset));
-        }
-        r->bytes = detail::host_buffer(static_cast<std::size_t>(r->payload->length));
-        // In pieces, each hashed right after it arrives, while it is still in the CPU's cache.
-        detail::running_checksum sum;
-        for (std::size_t done = 0; done < r->bytes.size();) {
-            const std::size_t n = std::min(r->bytes.size() - done, direct_size);
-            BOOST_OUTCOME_TRY(read(r->bytes.data() + done, n, r->payload->offset + done));
-            if (options.verify_checksums) {
-                sum.update({r->bytes.data() + done, n});
-            }
-            done += n;
-        }
-        if (options.verify_checksums && sum.digest() != r->payload->checksum) {
-            return mismatch(r->entry != nullptr ? payload_name(*r->entry)
-                                                : payload_name(*r->section));
-        }
-        cursor = std::max(cursor, r->payload->offset + r->payload->length);
-    }
-    if (full) {
-        BOOST_OUTCOME_TRY(check_padding(cursor, header_offset_));
+    if (const auto reason = mapping_reason(options); !reason.empty()) {
+        BOOST_OUTCOME_TRY(map_payloads(requests, in_order, full, options.verify_checksums));
+    } else {
+        BOOST_OUTCOME_TRY(read_payloads(requests, in_order, full, options.verify_checksums));
     }
 
     std::vector<gradient_entry> entries;
     entries.reserve(entry_count);
     for (std::size_t k = 0; k < entry_count; ++k) {
-        const checkpoint_entry_info& info = *requests[k].entry;
+        const auto& info = *static_cast<const checkpoint_entry_info*>(requests[k].info);
         entries.push_back({info.id, info.original,
                            tensor_data{std::move(requests[k].bytes), info.shape, info.stored}});
     }
@@ -359,9 +361,104 @@ result<checkpoint> checkpoint_reader::load(const checkpoint_load_options& option
     }
     checkpoint contents{std::move(record)};
     for (std::size_t k = entry_count; k < requests.size(); ++k) {
-        BOOST_OUTCOME_TRY(contents.put_bytes(requests[k].section->name, std::move(requests[k].bytes)));
+        const auto& info = *static_cast<const checkpoint_section_info*>(requests[k].info);
+        BOOST_OUTCOME_TRY(contents.put_bytes(info.name, requests[k].bytes.to_vector()));
     }
     return contents;
+}
+
+// The whole file mapped once; every payload a slice of the mapping, hashed in place.
+result<void> checkpoint_reader::map_payloads(std::vector<payload_request>& requests,
+                                             const std::vector<std::uint32_t>& in_order,
+                                             bool full, bool verify) const
+{
+    BOOST_OUTCOME_TRY(auto file, detail::map_unchangeable_file(
+                                     fd_, static_cast<std::size_t>(length_), path_.string()));
+    std::uint64_t cursor = detail::preamble_size;
+    const auto padding = [&](std::uint64_t from, std::uint64_t to) -> result<void> {
+        if (full && from < to && !all_zero(file.span().subspan(from, to - from))) {
+            return nonzero_padding(from, to);
+        }
+        return success();
+    };
+    for (const std::uint32_t k : in_order) {
+        payload_request& r = requests[k];
+        BOOST_OUTCOME_TRY(padding(cursor, r.payload->offset));
+        r.bytes = file.slice(r.payload->offset, r.payload->length);
+        if (verify && detail::checksum(r.bytes) != r.payload->checksum) {
+            return mismatch(r.describe(r.info));
+        }
+        cursor = std::max(cursor, r.payload->offset + r.payload->length);
+    }
+    return padding(cursor, header_offset_);
+}
+
+// Read in file order. Runs of small payloads come in with one read into one buffer that they
+// share as slices (padding between them checked in place); a large payload gets a buffer of
+// its own, read in pieces. Each piece is hashed right after it arrives, while still in cache.
+result<void> checkpoint_reader::read_payloads(std::vector<payload_request>& requests,
+                                              const std::vector<std::uint32_t>& in_order,
+                                              bool full, bool verify) const
+{
+    std::uint64_t cursor = detail::preamble_size;
+    for (std::size_t i = 0; i < in_order.size();) {
+        const payload_location& first = *requests[in_order[i]].payload;
+        if (full) {
+            BOOST_OUTCOME_TRY(check_padding(cursor, first.offset));
+        }
+        cursor = std::max(cursor, first.offset);
+        if (first.length >= small_payload) {
+            payload_request& r = requests[in_order[i]];
+            BOOST_OUTCOME_TRY(r.bytes, storage::try_allocate(static_cast<std::size_t>(first.length)));
+            std::uint8_t* data = r.bytes.writable_data();
+            detail::running_checksum sum;
+            for (std::size_t done = 0; done < r.bytes.size();) {
+                const std::size_t n = std::min(r.bytes.size() - done, small_payload);
+                BOOST_OUTCOME_TRY(read_at(data + done, n, first.offset + done));
+                if (verify) {
+                    sum.update({data + done, n});
+                }
+                done += n;
+            }
+            if (verify && sum.digest() != first.checksum) {
+                return mismatch(r.describe(r.info));
+            }
+            cursor = std::max(cursor, first.offset + first.length);
+            ++i;
+            continue;
+        }
+        // The run: following small payloads close enough to share the buffer.
+        std::size_t end = i + 1;
+        std::uint64_t run_end = first.offset + first.length;
+        while (end < in_order.size()) {
+            const payload_location& next = *requests[in_order[end]].payload;
+            const std::uint64_t next_end = std::max(run_end, next.offset + next.length);
+            if (next.length >= small_payload || next.offset > run_end + run_gap ||
+                next_end - first.offset > run_limit) {
+                break;
+            }
+            run_end = next_end;
+            ++end;
+        }
+        BOOST_OUTCOME_TRY(auto run, storage::try_allocate(static_cast<std::size_t>(run_end - first.offset)));
+        BOOST_OUTCOME_TRY(read_at(run.writable_data(), run.size(), first.offset));
+        for (; i < end; ++i) {
+            payload_request& r = requests[in_order[i]];
+            const std::uint64_t at = r.payload->offset;
+            if (full && cursor < at && !all_zero(run.span().subspan(cursor - first.offset, at - cursor))) {
+                return nonzero_padding(cursor, at);
+            }
+            r.bytes = run.slice(at - first.offset, r.payload->length);
+            if (verify && detail::checksum(r.bytes) != r.payload->checksum) {
+                return mismatch(r.describe(r.info));
+            }
+            cursor = std::max(cursor, at + r.payload->length);
+        }
+    }
+    if (full) {
+        BOOST_OUTCOME_TRY(check_padding(cursor, header_offset_));
+    }
+    return success();
 }
 
 result<checkpoint> load_checkpoint_file(const std::filesystem::path& path,

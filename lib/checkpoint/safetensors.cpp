@@ -5,7 +5,6 @@
 #include <ruda/checkpoint/detail/durable_writer.hpp>
 #include <ruda/optim/param_id.hpp>
 #include <ruda/optim/validate_record.hpp>
-#include <ruda/tensor/detail/host_buffer.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -525,13 +524,18 @@ result<gradients_params_record> import_from(const std::string& source, std::uint
     header_parser parser{source, size - data_start};
     BOOST_OUTCOME_TRY(auto plans, parser.parse(json));
 
+    // The tensors tile the data exactly (the parser checked): one read into one buffer, which
+    // every tensor shares as its slice.
+    BOOST_OUTCOME_TRY(auto data, storage::try_allocate(static_cast<std::size_t>(size - data_start)));
+    if (!data.empty()) {
+        BOOST_OUTCOME_TRY(read(data.writable_data(), data.size(), data_start));
+    }
     std::vector<gradient_entry> entries;
     entries.reserve(plans.size());
     for (tensor_plan& plan : plans) {
-        auto bytes = detail::host_buffer(plan.end - plan.begin);
-        BOOST_OUTCOME_TRY(read(bytes.data(), bytes.size(), data_start + plan.begin));
         entries.push_back({plan.id, plan.original,
-                           tensor_data{std::move(bytes), std::move(plan.dims), plan.stored}});
+                           tensor_data{data.slice(plan.begin, plan.end - plan.begin),
+                                       std::move(plan.dims), plan.stored}});
     }
     gradients_params_record record{std::move(entries)};
     BOOST_OUTCOME_TRY(validate_gradients_record(record));

@@ -266,8 +266,7 @@ result<tensor_data> tensor_data::from_elements(const void* data, std::size_t cou
                      std::to_string(count) + " values do not fill shape " + shape_text(dims) +
                          " of " + std::to_string(expected) + " elements"};
     }
-    const auto* first = static_cast<const std::uint8_t*>(data);
-    return tensor_data{std::vector<std::uint8_t>(first, first + count * element_size),
+    return tensor_data{storage::copy_of({static_cast<const std::uint8_t*>(data), count * element_size}),
                        std::move(dims), type};
 }
 
@@ -297,17 +296,15 @@ result<tensor_data> tensor_data::convert(ruda::dtype target) const&
     }
     BOOST_OUTCOME_TRY(auto n, check_convertible(*this, target));
     // n * target size cannot overflow: n elements of at least one byte are already in memory.
-    std::vector<std::uint8_t> out;
-    try {
-        out.resize(n * target.size());
-    } catch (const std::bad_alloc&) {
+    auto out = storage::try_allocate(n * target.size());
+    if (!out) {
         return error{errc::allocation_too_large,
                      "Cannot allocate " + std::to_string(n * target.size()) + " bytes to convert " +
                          to_string(dtype_) + " data of shape " + shape_text(shape_) + " to " +
                          to_string(target)};
     }
-    BOOST_OUTCOME_TRY(convert_bytes(bytes_.data(), out.data(), n, dtype_, target));
-    return tensor_data{std::move(out), shape_, result_dtype(target)};
+    BOOST_OUTCOME_TRY(convert_bytes(bytes_.data(), out.value().writable_data(), n, dtype_, target));
+    return tensor_data{std::move(out).value(), shape_, result_dtype(target)};
 }
 
 result<tensor_data> tensor_data::convert(ruda::dtype target) &&
@@ -316,14 +313,16 @@ result<tensor_data> tensor_data::convert(ruda::dtype target) &&
         return std::move(*this);
     }
     // Equal element sizes convert in place, as Burn does, but only into float or bool targets,
-    // which cannot fail: a failing conversion must leave the source untouched.
+    // which cannot fail (a failing conversion must leave the source untouched), and only in
+    // memory no other tensor_data shares.
     const bool infallible = target.is_float() || target.is_bool();
-    if (target.size() != dtype_.size() || !infallible) {
+    if (target.size() != dtype_.size() || !infallible || !bytes_.writable()) {
         return std::as_const(*this).convert(target);
     }
     BOOST_OUTCOME_TRY(auto n, check_convertible(*this, target));
-    std::vector<std::uint8_t> out = std::move(bytes_);
-    BOOST_OUTCOME_TRY(convert_bytes(out.data(), out.data(), n, dtype_, target));
+    storage out = std::move(bytes_);
+    std::uint8_t* data = out.writable_data();
+    BOOST_OUTCOME_TRY(convert_bytes(data, data, n, dtype_, target));
     return tensor_data{std::move(out), std::move(shape_), result_dtype(target)};
 }
 

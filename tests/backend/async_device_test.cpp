@@ -72,6 +72,41 @@ BOOST_AUTO_TEST_CASE(a_read_resumes_on_the_readers_executor)
     BOOST_TEST(where->value());
 }
 
+// The storage a GPU backend's pinned record buffers stand on: reads land in the pool's
+// buffers, which come back when a snapshot is dropped and serve the next one.
+BOOST_AUTO_TEST_CASE(reads_land_in_the_record_pool_and_its_buffers_are_reused)
+{
+    const ruda::test::watchdog guard{"reads_land_in_the_record_pool_and_its_buffers_are_reused"};
+    boost::asio::io_context io;
+    auto pool = ruda::storage_pool::create();
+    const ruda::async_device device{{.record_pool = pool}};
+    const auto tensor = tensor_of(device, 1000);
+    const std::uint8_t* first = nullptr;
+    for (int snapshot = 0; snapshot < 3; ++snapshot) {
+        auto read = ruda::test::run_to_end(io, gpu::float_into_data(tensor));
+        BOOST_REQUIRE(read.has_value());
+        BOOST_REQUIRE(*read);
+        const auto& bytes = read->value().bytes();
+        BOOST_TEST((bytes.origin() == ruda::storage_origin::pooled));
+        BOOST_TEST(read->value().values<float>().value()[999] == 1.0F);
+        if (snapshot == 0) {
+            first = bytes.data();
+        }
+        BOOST_TEST(bytes.data() == first); // the same buffer, back from the last snapshot
+    }
+    BOOST_TEST(pool->stats().allocations == 1U);
+    BOOST_TEST(pool->stats().reuses == 2U);
+
+    // A pool without memory fails the read, with the pool's code.
+    auto empty = ruda::storage_pool::create(
+        {.source = {[](std::size_t) -> void* { return nullptr; }, [](void*, std::size_t) {}, "none"}});
+    const ruda::async_device starved{{.record_pool = empty}};
+    auto failed = ruda::test::run_to_end(io, gpu::float_into_data(tensor_of(starved, 4)));
+    BOOST_REQUIRE(failed.has_value());
+    BOOST_REQUIRE(!*failed);
+    BOOST_TEST(failed->error() == errc::allocation_too_large);
+}
+
 BOOST_AUTO_TEST_CASE(latency_and_bandwidth_set_the_transfer_time)
 {
     const ruda::test::watchdog guard{"latency_and_bandwidth_set_the_transfer_time"};

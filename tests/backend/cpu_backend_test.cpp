@@ -77,8 +77,8 @@ BOOST_AUTO_TEST_CASE(reads_every_float_dtype_and_quantized_data)
         BOOST_REQUIRE(read.has_value());
         BOOST_REQUIRE(*read);
         BOOST_TEST(read->value() == data);
-        // The read is a copy, not a view into live storage.
-        BOOST_TEST(read->value().bytes().data() != tensor.data().bytes().data());
+        // The read shares the tensor's immutable bytes: a snapshot copies nothing.
+        BOOST_TEST(read->value().bytes().shares_memory_with(tensor.data().bytes()));
     }
     const auto quantized = cpu::q_from_data(q8_data(), {}).value();
     BOOST_TEST(cpu::dtype_of(quantized).is_quantized());

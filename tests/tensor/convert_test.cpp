@@ -30,7 +30,7 @@ std::vector<T> as(const ruda::result<ruda::tensor_data>& r)
 std::vector<std::uint8_t> bytes_of(const ruda::result<ruda::tensor_data>& r)
 {
     BOOST_TEST_REQUIRE(r.has_value(), (r.has_error() ? r.error().message() : ""));
-    return r.value().bytes();
+    return r.value().bytes().to_vector();
 }
 
 ruda::error error_of(const ruda::result<ruda::tensor_data>& r)

@@ -1,5 +1,4 @@
 // tensor_data: unchecked and typed construction, checked element counts and typed views.
-#include <ruda/tensor/detail/host_buffer.hpp>
 #include <ruda/tensor/tensor_data.hpp>
 
 #include <boost/test/unit_test.hpp>
@@ -111,30 +110,23 @@ BOOST_AUTO_TEST_CASE(equality_and_moving_bytes_out)
     BOOST_TEST(bytes == (std::vector<std::uint8_t>{1, 0, 0xFF, 0xFF}));
 }
 
-// Host buffers for snapshot copies and checkpoint payloads: below and above the size where
-// their pages are mapped in one call, and at sizes that are not whole pages.
-BOOST_AUTO_TEST_CASE(host_buffers_are_zeroed_exact_copies_or_room_to_append)
+// Copies share the bytes; a conversion in place (equal element sizes) writes only bytes that no
+// other tensor_data shares, and copies otherwise.
+BOOST_AUTO_TEST_CASE(copies_share_bytes_and_an_in_place_conversion_never_touches_a_sharer)
 {
-    for (const std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{4097},
-                                   (std::size_t{1} << 20U) + 3, std::size_t{3} << 20U}) {
-        const auto zeros = ruda::detail::host_buffer(size);
-        BOOST_TEST(zeros.size() == size);
-        BOOST_TEST(std::all_of(zeros.begin(), zeros.end(), [](std::uint8_t b) { return b == 0; }));
+    const auto original = ruda::tensor_data::from_values(std::vector<std::int16_t>{1, -1}, {2}).value();
+    auto copy = original;
+    BOOST_TEST(copy.bytes().shares_memory_with(original.bytes()));
+    const auto converted = std::move(copy).convert(ruda::dtype::f16()).value();
+    BOOST_TEST(!converted.bytes().shares_memory_with(original.bytes()));
+    BOOST_TEST(original.values<std::int16_t>().value()[1] == -1);
 
-        std::vector<std::uint8_t> source(size);
-        for (std::size_t i = 0; i < size; ++i) {
-            source[i] = static_cast<std::uint8_t>(i * 131 + 7);
-        }
-        BOOST_TEST((ruda::detail::host_buffer_copy(source) == source));
-
-        auto appended = ruda::detail::host_buffer_capacity(size);
-        BOOST_TEST(appended.empty());
-        BOOST_TEST(appended.capacity() >= size);
-        const auto* before = appended.data();
-        appended.insert(appended.end(), source.begin(), source.end());
-        BOOST_TEST((appended == source));
-        BOOST_TEST((size == 0 || appended.data() == before)); // no reallocation on the way
-    }
+    auto alone = ruda::tensor_data::from_values(std::vector<std::int16_t>{1, -1}, {2}).value();
+    const auto* memory = alone.bytes().data();
+    const auto in_place = std::move(alone).convert(ruda::dtype::f16()).value();
+    BOOST_TEST(in_place.bytes().data() == memory);
+    BOOST_TEST((in_place == converted));
+    BOOST_TEST(ruda::to_f32(in_place.values<ruda::float16>().value()[1]) == -1.0F);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

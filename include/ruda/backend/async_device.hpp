@@ -3,6 +3,7 @@
 // reader's own executor. Options inject faults; counters show what happened.
 #pragma once
 
+#include <ruda/tensor/storage_pool.hpp>
 #include <ruda/tensor/tensor_data.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
@@ -50,6 +51,9 @@ public:
         /// sequence number, so a run is reproducible.
         double fail_probability = 0;
         std::uint64_t fault_seed = 1;
+        /// Reads land in this pool's buffers, kept from one snapshot to the next as a GPU
+        /// backend keeps its pinned record buffers; in freshly allocated memory when null.
+        std::shared_ptr<storage_pool> record_pool{};
     };
 
     /// What the device has done so far.

@@ -17,9 +17,23 @@
 
 namespace ruda {
 
+/// Whether a load may map the file instead of reading it.
+enum class load_mapping : std::uint8_t {
+    /// Always read into memory of the record's own.
+    never,
+    /// Map the file, and let the record's tensors share the mapping's pages, when the kernel
+    /// keeps the file from changing while mapped: a memfd sealed against shrinking and writing,
+    /// a file with the immutable flag, or an fs-verity file. Any other file could be truncated
+    /// under the mapping (SIGBUS on the next touch) or rewritten under the record, so it is
+    /// read.
+    when_unchangeable,
+};
+
 struct checkpoint_load_options {
     /// Verify each payload's checksum (the frame's checksums are always verified).
     bool verify_checksums = true;
+    /// Whether the file may be mapped rather than read (see `load_mapping`).
+    load_mapping mapping = load_mapping::when_unchangeable;
     /// Load only these gradients (each must be present); all when empty.
     std::optional<std::vector<std::uint64_t>> only_ids{};
     /// The largest header accepted, whatever the file claims.
@@ -58,6 +72,9 @@ public:
 
     [[nodiscard]] const checkpoint_index& index() const noexcept { return index_; }
     [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+    /// Why `load(options)` would map this file ("sealed memfd", "immutable", "fs-verity"), or
+    /// empty when it reads it.
+    [[nodiscard]] std::string mapping_reason(const checkpoint_load_options& options = {}) const;
 
     /// The payload of one entry as tensor data (`errc::checksum_mismatch` if corrupt).
     [[nodiscard]] result<tensor_data> read_entry(const checkpoint_entry_info& entry,
@@ -68,9 +85,11 @@ public:
     [[nodiscard]] result<bool> payload_intact(const payload_location& payload) const;
 
     /// The checkpoint: the selected gradients (validated like `from_record` validates) and
-    /// every section. Payloads are read in file order, small ones through a 1 MiB buffer; a
-    /// full load also checks that the padding between payloads is zero, so that no byte of
-    /// the file goes unchecked.
+    /// every section. A file that cannot change (`load_mapping`) is mapped, and each tensor's
+    /// bytes are a slice of the mapping, hashed in place. Any other file is read in file order:
+    /// runs of small payloads into one buffer they share, each large payload into its own. A
+    /// full load also checks that the padding between payloads is zero, so that no byte of the
+    /// file goes unchecked.
     [[nodiscard]] result<checkpoint> load(const checkpoint_load_options& options = {}) const;
 
 private:
@@ -79,8 +98,17 @@ private:
     static result<checkpoint_reader> verify_frame(checkpoint_reader reader,
                                                   std::uint64_t max_header_bytes);
     result<void> read_at(std::uint8_t* data, std::size_t size, std::uint64_t offset) const;
-    result<std::vector<std::uint8_t>> read_payload(const payload_location& payload,
-                                                   bool verify, const std::string& what) const;
+    result<storage> read_payload(const payload_location& payload, bool verify,
+                                 const std::string& what) const;
+    struct payload_request;
+    result<void> map_payloads(std::vector<payload_request>& requests,
+                              const std::vector<std::uint32_t>& in_order, bool full,
+                              bool verify) const;
+    result<void> read_payloads(std::vector<payload_request>& requests,
+                               const std::vector<std::uint32_t>& in_order, bool full,
+                               bool verify) const;
+    result<void> check_padding(std::uint64_t from, std::uint64_t to) const;
+    error nonzero_padding(std::uint64_t from, std::uint64_t to) const;
     error mismatch(const std::string& what) const;
 
     std::filesystem::path path_;

@@ -6,6 +6,7 @@
 
 #include <ruda/tensor/dtype.hpp>
 #include <ruda/tensor/quant_scheme.hpp>
+#include <ruda/tensor/storage.hpp>
 #include <ruda/tensor/tensor_data.hpp>
 
 #include <cereal/cereal.hpp>
@@ -116,13 +117,16 @@ void save(Archive& ar, const tensor_data& t, std::uint32_t /*version*/)
     ar(cereal::make_nvp("dtype", t.dtype()));
     const std::vector<std::uint64_t> dims(t.shape().begin(), t.shape().end());
     ar(cereal::make_nvp("shape", dims));
-    const auto& bytes = t.bytes();
+    const storage& bytes = t.bytes();
+    const std::uint8_t none = 0; // cereal copies from the pointer even for 0 bytes
+    const std::uint8_t* data = bytes.empty() ? &none : bytes.data();
     if constexpr (cereal::traits::is_text_archive<Archive>::value) {
         ar(cereal::make_nvp("byte_count", static_cast<std::uint64_t>(bytes.size())));
-        const std::uint8_t none = 0; // cereal copies from the pointer even for 0 bytes
-        ar.saveBinaryValue(bytes.empty() ? &none : bytes.data(), bytes.size(), "bytes");
+        ar.saveBinaryValue(data, bytes.size(), "bytes");
     } else {
-        ar(cereal::make_nvp("bytes", bytes)); // one bulk write: uint8_t is arithmetic
+        // What cereal writes for a std::vector<std::uint8_t>: its size tag, then one bulk write.
+        ar(cereal::make_size_tag(static_cast<cereal::size_type>(bytes.size())));
+        ar(cereal::binary_data(data, bytes.size()));
     }
 }
 
@@ -133,15 +137,22 @@ void load(Archive& ar, tensor_data& t, std::uint32_t /*version*/)
     ar(cereal::make_nvp("dtype", type));
     std::vector<std::uint64_t> dims;
     ar(cereal::make_nvp("shape", dims));
-    std::vector<std::uint8_t> bytes;
+    // Read straight into unfilled memory: nothing zero-fills it first.
+    cereal::size_type count = 0;
     if constexpr (cereal::traits::is_text_archive<Archive>::value) {
-        std::uint64_t count = 0;
-        ar(cereal::make_nvp("byte_count", count));
-        bytes.resize(count);
-        std::uint8_t none = 0; // cereal copies into the pointer even for 0 bytes
-        ar.loadBinaryValue(bytes.empty() ? &none : bytes.data(), bytes.size(), "bytes");
+        std::uint64_t text_count = 0;
+        ar(cereal::make_nvp("byte_count", text_count));
+        count = text_count;
     } else {
-        ar(cereal::make_nvp("bytes", bytes));
+        ar(cereal::make_size_tag(count));
+    }
+    storage bytes = storage::allocate(static_cast<std::size_t>(count));
+    std::uint8_t none = 0; // cereal copies into the pointer even for 0 bytes
+    std::uint8_t* data = bytes.empty() ? &none : bytes.writable_data();
+    if constexpr (cereal::traits::is_text_archive<Archive>::value) {
+        ar.loadBinaryValue(data, bytes.size(), "bytes");
+    } else {
+        ar(cereal::binary_data(data, bytes.size()));
     }
     t = tensor_data{std::move(bytes), shape(dims.begin(), dims.end()), type};
 }

@@ -1,10 +1,12 @@
 // Host-owned tensor bytes with their shape and dtype (Burn's `TensorData`): unchecked and typed
 // construction, checked element counts, typed views and dtype conversion with Burn's rules.
+// The bytes are a `ruda::storage`, so copies of a tensor_data share them.
 #pragma once
 
 #include <ruda/error.hpp>
 #include <ruda/tensor/dtype.hpp>
 #include <ruda/tensor/half.hpp>
+#include <ruda/tensor/storage.hpp>
 
 #include <bit>
 #include <cstddef>
@@ -54,8 +56,9 @@ result<std::size_t> checked_num_elements(std::span<const std::size_t> dims);
 class tensor_data {
 public:
     /// Unchecked, like Burn's `from_bytes`: any combination can be built, so a validator can be
-    /// tested on malformed data.
-    tensor_data(std::vector<std::uint8_t> bytes, ruda::shape dims, ruda::dtype type)
+    /// tested on malformed data. The bytes may be a `std::vector<std::uint8_t>` (adopted, not
+    /// copied) or any `ruda::storage` (shared).
+    tensor_data(ruda::storage bytes, ruda::shape dims, ruda::dtype type)
         : bytes_(std::move(bytes)), shape_(std::move(dims)), dtype_(type)
     {
     }
@@ -69,9 +72,12 @@ public:
                              *ruda::dtype::from_kind(element_kind<T>::value), std::move(dims));
     }
 
-    [[nodiscard]] const std::vector<std::uint8_t>& bytes() const& noexcept { return bytes_; }
-    /// Moves the bytes out.
-    [[nodiscard]] std::vector<std::uint8_t> into_bytes() && noexcept { return std::move(bytes_); }
+    /// The bytes, shared with every copy of this tensor_data; read-only.
+    [[nodiscard]] const ruda::storage& bytes() const& noexcept { return bytes_; }
+    /// Moves the storage out.
+    [[nodiscard]] ruda::storage into_storage() && noexcept { return std::move(bytes_); }
+    /// A copy of the bytes in a vector.
+    [[nodiscard]] std::vector<std::uint8_t> into_bytes() && { return bytes_.to_vector(); }
     [[nodiscard]] const ruda::shape& shape() const noexcept { return shape_; }
     [[nodiscard]] ruda::dtype dtype() const noexcept { return dtype_; }
     [[nodiscard]] std::size_t rank() const noexcept { return shape_.size(); }
@@ -112,7 +118,7 @@ private:
     [[nodiscard]] result<std::size_t> checked_values(dtype::kind kind, std::size_t size,
                                                      std::size_t align) const;
 
-    std::vector<std::uint8_t> bytes_;
+    ruda::storage bytes_;
     ruda::shape shape_;
     ruda::dtype dtype_;
 };

@@ -1,0 +1,73 @@
+// Mapping files that cannot change: the seal, flag and attribute checks, and the mapping's block.
+#include <ruda/tensor/detail/mapped_file.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+namespace ruda::detail {
+namespace {
+
+class mapping_block final : public storage_block {
+public:
+    mapping_block(void* address, std::size_t length) noexcept
+        : storage_block(storage_origin::mapped), address_(address), length_(length)
+    {
+    }
+
+private:
+    ~mapping_block() { ::munmap(address_, length_); }
+    void destroy() noexcept override { delete this; }
+
+    void* address_;
+    std::size_t length_;
+};
+
+} // namespace
+
+std::string unchangeable_because(int fd)
+{
+#if defined(F_GET_SEALS)
+    const int seals = ::fcntl(fd, F_GET_SEALS);
+    const bool no_writes = seals >= 0 && (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0;
+    if (no_writes && (seals & F_SEAL_SHRINK) != 0) {
+        return "sealed memfd";
+    }
+#endif
+    struct statx info {};
+    if (::statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &info) == 0) {
+        if ((info.stx_attributes_mask & info.stx_attributes & STATX_ATTR_IMMUTABLE) != 0) {
+            return "immutable";
+        }
+#if defined(STATX_ATTR_VERITY)
+        if ((info.stx_attributes_mask & info.stx_attributes & STATX_ATTR_VERITY) != 0) {
+            return "fs-verity";
+        }
+#endif
+    }
+    return {};
+}
+
+result<storage> map_unchangeable_file(int fd, std::size_t length, const std::string& name)
+{
+    if (length == 0) {
+        return storage{};
+    }
+    void* address = ::mmap(nullptr, length, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (address == MAP_FAILED) {
+        const int err = errno;
+        return error{errc::io_error, "mmap " + name + ": " + std::strerror(err)};
+    }
+    auto* block = new (std::nothrow) mapping_block(address, length);
+    if (block == nullptr) {
+        ::munmap(address, length);
+        return error{errc::allocation_too_large, "Cannot allocate a mapping's block for " + name};
+    }
+    return adopt_block(block, static_cast<const std::uint8_t*>(address), length);
+}
+
+} // namespace ruda::detail
