@@ -6,6 +6,8 @@
 //   load with every checksum verified, the record validated and restored onto cpu_backend  vs
 //   raw read() into a reused buffer + memcpy into fresh buffers (both from the page cache, the
 //   file just written);
+//   the same load of a file the kernel keeps from changing, which ruda maps instead of reading
+//   (the immutable flag where this process may set it, else a sealed memfd copy of the file);
 //   peak RSS while saving and while loading, each in a child process, against the record size.
 // The default is 64 x 4 MiB f32 gradients (256 MiB); --elements sets a tensor's size in
 // elements instead (100,000 x 16 for the small-tensor case), --dtype bf16 stores them as bf16.
@@ -20,6 +22,9 @@
 #include <ruda/ruda.hpp>
 
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <malloc.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -244,6 +249,58 @@ std::size_t copy_all(const ruda::gradients_params_record& record,
     return copies.back()[1];
 }
 
+// A file ruda may map: `path` itself with the immutable flag set where this process may set it
+// (root, on a file system that keeps the flag), cleared again on destruction; otherwise a
+// sealed memfd holding a copy of it.
+class unchangeable_file {
+public:
+    explicit unchangeable_file(const fs::path& path) : path_(path)
+    {
+        fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd_ < 0) {
+            die("open " + path.string());
+        }
+        if (::ioctl(fd_, FS_IOC_GETFLAGS, &flags_) == 0) {
+            int immutable = flags_ | FS_IMMUTABLE_FL;
+            immutable_ = ::ioctl(fd_, FS_IOC_SETFLAGS, &immutable) == 0;
+        }
+        if (immutable_) {
+            return;
+        }
+        const int memfd = ::memfd_create("bench-checkpoint", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (memfd < 0) {
+            die("memfd_create");
+        }
+        const auto size = static_cast<std::size_t>(fs::file_size(path));
+        std::vector<std::uint8_t> bytes(size);
+        if (::pread(fd_, bytes.data(), size, 0) != static_cast<ssize_t>(size) ||
+            ::write(memfd, bytes.data(), size) != static_cast<ssize_t>(size) ||
+            ::fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) != 0) {
+            die("sealed memfd");
+        }
+        ::close(fd_);
+        fd_ = memfd;
+        path_ = "/proc/self/fd/" + std::to_string(memfd);
+    }
+    ~unchangeable_file()
+    {
+        if (immutable_) {
+            static_cast<void>(::ioctl(fd_, FS_IOC_SETFLAGS, &flags_));
+        }
+        ::close(fd_);
+    }
+    unchangeable_file(const unchangeable_file&) = delete;
+    unchangeable_file& operator=(const unchangeable_file&) = delete;
+    [[nodiscard]] const fs::path& path() const { return path_; }
+    [[nodiscard]] bool immutable() const { return immutable_; }
+
+private:
+    fs::path path_;
+    int fd_ = -1;
+    int flags_ = 0;
+    bool immutable_ = false;
+};
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -356,6 +413,31 @@ int main(int argc, char** argv)
     }
     const double file_bytes = static_cast<double>(fs::file_size(saved_path));
 
+    std::vector<double> mapped_load_times;
+    bool mapped_immutable = false;
+    {
+        const unchangeable_file file{saved_path};
+        mapped_immutable = file.immutable();
+        if (ruda::checkpoint_reader::open(file.path()).value().mapping_reason().empty()) {
+            std::fprintf(stderr, "the unchangeable file is not mapped\n");
+            return 1;
+        }
+        for (int r = 0; r < s.reps; ++r) {
+            std::optional<ruda::gradients_params> restored;
+            mapped_load_times.push_back(seconds([&] {
+                auto loaded = ruda::load_checkpoint_file(file.path());
+                if (!loaded) {
+                    std::fprintf(stderr, "mapped load: %s\n", loaded.error().message().c_str());
+                    std::exit(1);
+                }
+                restored.emplace(ruda::gradients_params::from_record<cpu>(
+                                     std::move(loaded).value().gradients(), {})
+                                     .value());
+            }));
+            sink += restored->size();
+        }
+    }
+
     const double gib = 1024.0 * 1024.0 * 1024.0;
     const auto gbs = [&](double t) { return record_bytes / t / 1e9; };
     const double snapshot_ratio = median(fresh_copy_times) / median(snapshot_times);
@@ -378,8 +460,12 @@ int main(int argc, char** argv)
                 median(save_times) * 1e3, gbs(median(save_times)), save_ratio);
     std::printf("| raw read() into a reused buffer + memcpy into fresh buffers (baseline) | %.1f | %.2f | 1.00x |\n",
                 median(raw_read_times) * 1e3, gbs(median(raw_read_times)));
-    std::printf("| load_checkpoint_file + from_record (checksums, validation, restore) | %.1f | %.2f | %.2fx |\n\n",
+    std::printf("| load_checkpoint_file + from_record (checksums, validation, restore) | %.1f | %.2f | %.2fx |\n",
                 median(load_times) * 1e3, gbs(median(load_times)), load_ratio);
+    std::printf("| the same, mapped (%s) | %.1f | %.2f | %.2fx |\n\n",
+                mapped_immutable ? "immutable file" : "sealed memfd copy",
+                median(mapped_load_times) * 1e3, gbs(median(mapped_load_times)),
+                median(raw_read_times) / median(mapped_load_times));
 
     const double record_mib = record_bytes / (1 << 20);
     std::printf("| peak RSS | before MiB | peak MiB | peak - record MiB | limit MiB |\n"
@@ -402,6 +488,9 @@ int main(int argc, char** argv)
         f.add("save_s", median(save_times));
         f.add("raw_read_s", median(raw_read_times));
         f.add("load_s", median(load_times));
+        f.add("load_mapped_s", median(mapped_load_times));
+        f.add("load_mapped_immutable", mapped_immutable ? 1 : 0);
+        f.add("tensors", static_cast<double>(s.tensors));
         f.add("save_rss_before_mib", save_rss.before_mib);
         f.add("save_rss_peak_mib", save_rss.peak_mib);
         f.add("load_rss_before_mib", load_rss.before_mib);

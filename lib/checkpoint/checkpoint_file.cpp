@@ -64,25 +64,41 @@ result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
     BOOST_OUTCOME_TRY(auto writer, detail::durable_writer::create(path, ops));
     BOOST_OUTCOME_TRY(writer->write(std::array<std::uint8_t, detail::preamble_size>{}));
 
-    checkpoint_index index;
-    for (const gradient_entry& entry : contents.gradients().entries()) {
+    // The payloads, then the header streamed from the record and their locations: no copy of
+    // the entry table is built, whatever the number of tensors.
+    const auto& entries = contents.gradients().entries();
+    std::vector<payload_location> locations;
+    locations.reserve(entries.size() + contents.sections().size());
+    for (const gradient_entry& entry : entries) {
         BOOST_OUTCOME_TRY(auto payload, append_payload(*writer, entry.data.bytes()));
-        index.entries.push_back(
-            {entry.id, entry.dtype, entry.data.dtype(), entry.data.shape(), payload});
+        locations.push_back(payload);
     }
     for (const checkpoint_section& section : contents.sections()) {
         BOOST_OUTCOME_TRY(auto payload, append_payload(*writer, section.bytes));
-        index.sections.push_back({section.name, payload});
+        locations.push_back(payload);
     }
 
-    const auto header = detail::encode_header(index);
     detail::frame frame;
     frame.producer = {RUDA_VERSION_MAJOR, RUDA_VERSION_MINOR, RUDA_VERSION_PATCH};
     frame.header_offset = writer->size();
+    detail::running_checksum header_sum;
+    detail::header_encoder header{entries.size(), contents.sections().size(),
+                                  [&](std::span<const std::uint8_t> piece) -> result<void> {
+                                      header_sum.update(piece);
+                                      return writer->write(piece);
+                                  }};
+    std::size_t k = 0;
+    for (const gradient_entry& entry : entries) {
+        BOOST_OUTCOME_TRY(header.entry(entry.id, entry.dtype, entry.data.dtype(),
+                                       entry.data.shape(), locations[k++]));
+    }
+    for (const checkpoint_section& section : contents.sections()) {
+        BOOST_OUTCOME_TRY(header.section(section.name, locations[k++]));
+    }
+    BOOST_OUTCOME_TRY(header.finish());
     frame.header_length = header.size();
-    frame.header_checksum = detail::checksum(header);
-    frame.file_length = frame.header_offset + header.size() + detail::trailer_size;
-    BOOST_OUTCOME_TRY(writer->write(header));
+    frame.header_checksum = header_sum.digest();
+    frame.file_length = frame.header_offset + frame.header_length + detail::trailer_size;
     BOOST_OUTCOME_TRY(writer->write(detail::encode_trailer(frame)));
     BOOST_OUTCOME_TRY(writer->overwrite(detail::encode_preamble(frame), 0));
     BOOST_OUTCOME_TRY(writer->commit());
@@ -189,8 +205,8 @@ result<checkpoint_reader> checkpoint_reader::verify_frame(checkpoint_reader read
         return in_file(path, intact.error());
     }
     // Capped by max_header_bytes and by the file's own length (decode_preamble checked both).
-    std::vector<std::uint8_t> header(frame.value().header_length);
-    BOOST_OUTCOME_TRY(reader.read_at(header.data(), header.size(), frame.value().header_offset));
+    BOOST_OUTCOME_TRY(auto header, storage::try_allocate(frame.value().header_length));
+    BOOST_OUTCOME_TRY(reader.read_at(header.writable_data(), header.size(), frame.value().header_offset));
     auto index = detail::decode_header(header, frame.value());
     if (!index) {
         return in_file(path, index.error());
@@ -300,7 +316,18 @@ error checkpoint_reader::nonzero_padding(std::uint64_t from, std::uint64_t to) c
                                              std::to_string(from) + " and " + std::to_string(to)};
 }
 
-result<checkpoint> checkpoint_reader::load(const checkpoint_load_options& options) const
+result<checkpoint> checkpoint_reader::load(const checkpoint_load_options& options) const&
+{
+    return load_entries(options, nullptr);
+}
+
+result<checkpoint> checkpoint_reader::load(const checkpoint_load_options& options) &&
+{
+    return load_entries(options, &index_.entries);
+}
+
+result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options& options,
+                                                   std::vector<checkpoint_entry_info>* spent) const
 {
     // What to read: the selected entries, then every section.
     std::vector<payload_request> requests;
@@ -335,11 +362,14 @@ result<checkpoint> checkpoint_reader::load(const checkpoint_load_options& option
     for (std::uint32_t k = 0; k < in_order.size(); ++k) {
         in_order[k] = k;
     }
-    std::sort(in_order.begin(), in_order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    const auto before = [&](std::uint32_t a, std::uint32_t b) {
         const auto& pa = *requests[a].payload;
         const auto& pb = *requests[b].payload;
         return std::pair{pa.offset, pa.length} < std::pair{pb.offset, pb.length};
-    });
+    };
+    if (!std::is_sorted(in_order.begin(), in_order.end(), before)) { // ruda writes in order
+        std::sort(in_order.begin(), in_order.end(), before);
+    }
 
     const bool full = !options.only_ids;
     if (const auto reason = mapping_reason(options); !reason.empty()) {
@@ -352,8 +382,11 @@ result<checkpoint> checkpoint_reader::load(const checkpoint_load_options& option
     entries.reserve(entry_count);
     for (std::size_t k = 0; k < entry_count; ++k) {
         const auto& info = *static_cast<const checkpoint_entry_info*>(requests[k].info);
+        // A reader being consumed gives its shapes away rather than copying them.
+        auto dims = spent != nullptr ? std::move((*spent)[static_cast<std::size_t>(&info - spent->data())].shape)
+                                     : info.shape;
         entries.push_back({info.id, info.original,
-                           tensor_data{std::move(requests[k].bytes), info.shape, info.stored}});
+                           tensor_data{std::move(requests[k].bytes), std::move(dims), info.stored}});
     }
     gradients_params_record record{std::move(entries)};
     if (auto valid = validate_gradients_record(record); !valid) {
@@ -465,7 +498,7 @@ result<checkpoint> load_checkpoint_file(const std::filesystem::path& path,
                                         const checkpoint_load_options& options)
 {
     BOOST_OUTCOME_TRY(auto reader, checkpoint_reader::open(path, options.max_header_bytes));
-    return reader.load(options);
+    return std::move(reader).load(options);
 }
 
 result<checkpoint> load_checkpoint_bytes(std::span<const std::uint8_t> bytes,
@@ -473,7 +506,7 @@ result<checkpoint> load_checkpoint_bytes(std::span<const std::uint8_t> bytes,
 {
     BOOST_OUTCOME_TRY(auto reader,
                       checkpoint_reader::open_bytes(bytes, "<memory>", options.max_header_bytes));
-    return reader.load(options);
+    return std::move(reader).load(options);
 }
 
 } // namespace ruda

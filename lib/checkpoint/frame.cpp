@@ -259,28 +259,71 @@ std::array<std::uint8_t, trailer_size> encode_trailer(const frame& f)
     return sealed<trailer_size>(out);
 }
 
+header_encoder::header_encoder(std::uint64_t entries, std::uint64_t sections, sink_type sink)
+    : sink_(std::move(sink))
+{
+    buffer_.reserve(flush_size + 1024);
+    byte_writer w{buffer_};
+    w.u64(entries);
+    w.u64(sections);
+}
+
+result<void> header_encoder::entry(std::uint64_t id, const dtype& original, const dtype& stored,
+                                   std::span<const std::size_t> shape,
+                                   const payload_location& payload)
+{
+    byte_writer w{buffer_};
+    w.u64(id);
+    encode_dtype(w, original);
+    encode_dtype(w, stored);
+    w.u32(static_cast<std::uint32_t>(shape.size()));
+    w.u32(0);
+    for (const std::size_t d : shape) {
+        w.u64(d);
+    }
+    encode_payload(w, payload);
+    return flush_if_full();
+}
+
+result<void> header_encoder::section(std::string_view name, const payload_location& payload)
+{
+    byte_writer w{buffer_};
+    w.u32(static_cast<std::uint32_t>(name.size()));
+    w.bytes(name.data(), name.size());
+    encode_payload(w, payload);
+    return flush_if_full();
+}
+
+result<void> header_encoder::finish()
+{
+    if (!buffer_.empty()) {
+        BOOST_OUTCOME_TRY(sink_(buffer_));
+        size_ += buffer_.size();
+        buffer_.clear();
+    }
+    return success();
+}
+
+result<void> header_encoder::flush_if_full()
+{
+    return buffer_.size() >= flush_size ? finish() : success();
+}
+
 std::vector<std::uint8_t> encode_header(const checkpoint_index& index)
 {
     std::vector<std::uint8_t> out;
-    byte_writer w{out};
-    w.u64(index.entries.size());
-    w.u64(index.sections.size());
+    header_encoder encoder{index.entries.size(), index.sections.size(),
+                           [&out](std::span<const std::uint8_t> piece) -> result<void> {
+                               out.insert(out.end(), piece.begin(), piece.end());
+                               return success();
+                           }};
     for (const checkpoint_entry_info& e : index.entries) {
-        w.u64(e.id);
-        encode_dtype(w, e.original);
-        encode_dtype(w, e.stored);
-        w.u32(static_cast<std::uint32_t>(e.shape.size()));
-        w.u32(0);
-        for (const std::size_t d : e.shape) {
-            w.u64(d);
-        }
-        encode_payload(w, e.payload);
+        static_cast<void>(encoder.entry(e.id, e.original, e.stored, e.shape, e.payload));
     }
     for (const checkpoint_section_info& s : index.sections) {
-        w.u32(static_cast<std::uint32_t>(s.name.size()));
-        w.bytes(s.name.data(), s.name.size());
-        encode_payload(w, s.payload);
+        static_cast<void>(encoder.section(s.name, s.payload));
     }
+    static_cast<void>(encoder.finish());
     return out;
 }
 
@@ -425,31 +468,44 @@ result<checkpoint_index> decode_header(std::span<const std::uint8_t> header, con
     }
 
     // Every payload aligned, between the preamble and the header, and no two overlapping.
-    std::vector<std::pair<payload_location, std::string>> payloads;
-    for (const auto& e : index.entries) {
-        payloads.emplace_back(e.payload, "parameter " + std::to_string(e.id));
-    }
-    for (const auto& s : index.sections) {
-        payloads.emplace_back(s.payload, "section " + s.name);
-    }
-    for (const auto& [p, what] : payloads) {
+    // Payloads are numbered entries first, then sections; a message names one only on failure.
+    const auto location = [&](std::size_t k) -> const payload_location& {
+        return k < index.entries.size() ? index.entries[k].payload
+                                        : index.sections[k - index.entries.size()].payload;
+    };
+    const auto name = [&](std::size_t k) {
+        return k < index.entries.size()
+                   ? "parameter " + std::to_string(index.entries[k].id)
+                   : "section " + index.sections[k - index.entries.size()].name;
+    };
+    const std::size_t count = index.entries.size() + index.sections.size();
+    for (std::size_t k = 0; k < count; ++k) {
+        const payload_location& p = location(k);
         if (p.offset % payload_alignment != 0 || p.offset < preamble_size ||
             p.offset > f.header_offset || p.length > f.header_offset - p.offset) {
-            return malformed("checkpoint payload of " + what + " (offset " +
+            return malformed("checkpoint payload of " + name(k) + " (offset " +
                              std::to_string(p.offset) + ", " + std::to_string(p.length) +
                              " bytes) lies outside the payload area");
         }
     }
     // Empty payloads first among equal offsets: one may sit where the next payload starts.
-    std::sort(payloads.begin(), payloads.end(), [](const auto& a, const auto& b) {
-        return std::pair{a.first.offset, a.first.length} <
-               std::pair{b.first.offset, b.first.length};
-    });
-    for (std::size_t k = 1; k < payloads.size(); ++k) {
-        const auto& before = payloads[k - 1].first;
-        if (payloads[k].first.offset < before.offset + before.length) {
-            return malformed("checkpoint payloads of " + payloads[k - 1].second + " and " +
-                             payloads[k].second + " overlap");
+    // Files ruda writes are in order already, so the sort is usually skipped.
+    std::vector<std::uint32_t> order(count);
+    for (std::size_t k = 0; k < count; ++k) {
+        order[k] = static_cast<std::uint32_t>(k);
+    }
+    const auto before = [&](std::uint32_t a, std::uint32_t b) {
+        return std::pair{location(a).offset, location(a).length} <
+               std::pair{location(b).offset, location(b).length};
+    };
+    if (!std::is_sorted(order.begin(), order.end(), before)) {
+        std::sort(order.begin(), order.end(), before);
+    }
+    for (std::size_t k = 1; k < count; ++k) {
+        const payload_location& previous = location(order[k - 1]);
+        if (location(order[k]).offset < previous.offset + previous.length) {
+            return malformed("checkpoint payloads of " + name(order[k - 1]) + " and " +
+                             name(order[k]) + " overlap");
         }
     }
     return index;

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <algorithm>
 #include <unordered_set>
 
 namespace ruda {
@@ -138,27 +139,27 @@ result<void> validate_quantized(std::uint64_t id, const tensor_data& data,
 result<void> validate_float(std::uint64_t id, const gradient_entry& entry,
                             std::size_t num_elements)
 {
-    const std::string name = std::to_string(id);
+    const auto name = [id] { return std::to_string(id); };
     const auto stored = checked_mul(num_elements, entry.data.dtype().size());
     if (!stored) {
         return error{errc::shape_overflow,
-                     "Stored gradient byte count overflows for parameter " + name};
+                     "Stored gradient byte count overflows for parameter " + name()};
     }
     if (entry.data.bytes().size() != *stored) {
         return error{errc::byte_count_mismatch,
-                     "Invalid gradient byte count for parameter " + name + ": expected " +
+                     "Invalid gradient byte count for parameter " + name() + ": expected " +
                          std::to_string(*stored) + ", got " +
                          std::to_string(entry.data.bytes().size())};
     }
     const auto restored = checked_mul(num_elements, entry.dtype.size());
     if (!restored) {
         return error{errc::shape_overflow,
-                     "Restored gradient byte count overflows for parameter " + name};
+                     "Restored gradient byte count overflows for parameter " + name()};
     }
     if (*restored > max_allocation) {
         return error{errc::allocation_too_large,
                      "Restored gradient allocation exceeds addressable size for parameter " +
-                         name};
+                         name()};
     }
     return success();
 }
@@ -167,22 +168,31 @@ result<void> validate_float(std::uint64_t id, const gradient_entry& entry,
 
 result<void> validate_gradients_record(const gradients_params_record& record)
 {
+    // Snapshots and checkpoint files list ids in ascending order, which has no duplicate;
+    // only another order needs the set.
+    const auto& entries = record.entries();
+    const bool ascending = std::adjacent_find(entries.begin(), entries.end(),
+                                              [](const gradient_entry& a, const gradient_entry& b) {
+                                                  return a.id >= b.id;
+                                              }) == entries.end();
     std::unordered_set<std::uint64_t> seen;
-    seen.reserve(record.entries().size());
-    for (const gradient_entry& entry : record.entries()) {
+    if (!ascending) {
+        seen.reserve(entries.size());
+    }
+    for (const gradient_entry& entry : entries) {
         const std::uint64_t id = entry.id;
-        const std::string name = std::to_string(id);
-        if (!seen.insert(id).second) {
-            return error{errc::duplicate_param_id, "Duplicate gradient parameter ID " + name};
+        if (!ascending && !seen.insert(id).second) {
+            return error{errc::duplicate_param_id, "Duplicate gradient parameter ID " + std::to_string(id)};
         }
+        const auto name = [id] { return std::to_string(id); };
         if (!compatible(entry.dtype, entry.data.dtype())) {
-            return error{errc::invalid_dtype, "Invalid gradient dtype for parameter " + name +
+            return error{errc::invalid_dtype, "Invalid gradient dtype for parameter " + name() +
                                                   ": " + to_string(entry.dtype) + ", stored " +
                                                   to_string(entry.data.dtype())};
         }
         const auto num_elements = entry.data.checked_num_elements();
         if (!num_elements) {
-            return error{errc::shape_overflow, "Gradient shape overflows for parameter " + name +
+            return error{errc::shape_overflow, "Gradient shape overflows for parameter " + name() +
                                                    ": " + shape_text(entry.data.shape())};
         }
         const dtype stored = entry.data.dtype(); // a copy: scheme() points into it

@@ -1,4 +1,5 @@
 // Quantization schemes: Burn's default, num_quants for every value and store, block dims.
+#include <ruda/tensor/dtype.hpp>
 #include <ruda/tensor/quant_scheme.hpp>
 
 #include <boost/test/unit_test.hpp>
@@ -122,6 +123,15 @@ BOOST_AUTO_TEST_CASE(schemes_compare_every_field)
     BOOST_TEST(!(b == c));
     BOOST_TEST((b < c || c < b));
     BOOST_TEST(!(quant_store::packed_native(0) == quant_store::packed_u32(0)));
+}
+
+// A dtype is 24 bytes, since every record entry holds two: the packing dimension is kept in
+// 32 bits, and a larger one (no tensor has that rank) saturates, staying past any rank.
+BOOST_AUTO_TEST_CASE(a_packing_dimension_past_32_bits_saturates)
+{
+    static_assert(sizeof(ruda::dtype) <= 24);
+    BOOST_TEST(quant_store::packed_u32(std::size_t{1} << 40U).dim() == 0xFFFFFFFFU);
+    BOOST_TEST(quant_store::packed_native(7).dim() == 7U);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -55,6 +55,16 @@ concept backend =
         { B::name() } -> std::convertible_to<std::string_view>;
     };
 
+/// A backend whose reads complete at once, without waiting for anything (`cpu_backend`), may
+/// also offer them as plain calls: `read_now(tensor)` for either kind of tensor. A snapshot
+/// then reads every tensor in one pass, with no coroutine per tensor.
+template <class B>
+concept immediate_reads =
+    backend<B> && requires(const typename B::float_tensor& f, const typename B::quantized_tensor& q) {
+        { B::read_now(f) } -> std::same_as<result<tensor_data>>;
+        { B::read_now(q) } -> std::same_as<result<tensor_data>>;
+    };
+
 /// A gradient on backend `B`: a float tensor or a quantized one.
 template <backend B>
 using tensor_primitive = std::variant<typename B::float_tensor, typename B::quantized_tensor>;

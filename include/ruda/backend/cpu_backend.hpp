@@ -22,6 +22,9 @@ struct cpu_backend {
     /// 4 bytes and 4 GiB); `errc::cancelled` if the awaiting coroutine was cancelled.
     static boost::asio::awaitable<result<tensor_data>> float_into_data(float_tensor tensor);
     static boost::asio::awaitable<result<tensor_data>> q_into_data(quantized_tensor tensor);
+    /// The same reads as plain calls (`immediate_reads`): they never wait and never fail.
+    static result<tensor_data> read_now(const float_tensor& tensor) { return tensor.data(); }
+    static result<tensor_data> read_now(const quantized_tensor& tensor) { return tensor.data(); }
 
     /// Uploads float data (any of the five float dtypes); `errc::invalid_dtype` otherwise.
     static result<float_tensor> float_from_data(tensor_data data, const device& device);
@@ -40,6 +43,6 @@ struct cpu_backend {
     static constexpr std::string_view name() { return "cpu"; }
 };
 
-static_assert(backend<cpu_backend>);
+static_assert(immediate_reads<cpu_backend>);
 
 } // namespace ruda

@@ -90,7 +90,10 @@ public:
     /// runs of small payloads into one buffer they share, each large payload into its own. A
     /// full load also checks that the padding between payloads is zero, so that no byte of the
     /// file goes unchecked.
-    [[nodiscard]] result<checkpoint> load(const checkpoint_load_options& options = {}) const;
+    [[nodiscard]] result<checkpoint> load(const checkpoint_load_options& options = {}) const&;
+    /// The same, giving the index's shapes to the checkpoint instead of copying them; the
+    /// reader's index is left without them.
+    [[nodiscard]] result<checkpoint> load(const checkpoint_load_options& options = {}) &&;
 
 private:
     checkpoint_reader(std::filesystem::path path, int fd, std::span<const std::uint8_t> memory,
@@ -101,6 +104,8 @@ private:
     result<storage> read_payload(const payload_location& payload, bool verify,
                                  const std::string& what) const;
     struct payload_request;
+    result<checkpoint> load_entries(const checkpoint_load_options& options,
+                                    std::vector<checkpoint_entry_info>* spent) const;
     result<void> map_payloads(std::vector<payload_request>& requests,
                               const std::vector<std::uint32_t>& in_order, bool full,
                               bool verify) const;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ruda/backend/backend.hpp>
+#include <ruda/backend/detail/backend_checks.hpp>
 #include <ruda/error.hpp>
 #include <ruda/optim/gradients_params_record.hpp>
 #include <ruda/optim/param_id.hpp>
@@ -81,11 +82,19 @@ public:
     /// ("Missing gradient for parameter 7", "Reading gradient for parameter 7: …") cancels
     /// the other reads; no partial record comes out. Cancelling the awaiting coroutine
     /// cancels the reads and gives `errc::cancelled`.
+    ///
+    /// On a backend whose reads complete at once (`immediate_reads`, such as `cpu_backend`) the
+    /// reads happen in this call, in one pass under the lock, and the awaitable delivers the
+    /// record (or `errc::cancelled` if the awaiting coroutine was cancelled by then).
     template <backend B>
     [[nodiscard]] boost::asio::awaitable<result<gradients_params_record>>
     to_record_async(snapshot_options options = {}) const
     {
-        return read_all<B>(capture<B>(), options);
+        if constexpr (immediate_reads<B>) {
+            return deliver(read_now_all<B>(options));
+        } else {
+            return read_all<B>(capture<B>(), options);
+        }
     }
 
     /// The same snapshot, blocking the calling thread, through `try_read_sync`. Refuses with
@@ -177,24 +186,74 @@ private:
     };
 
     template <backend B>
+    static error registered_elsewhere(std::uint64_t id)
+    {
+        return error{errc::backend_mismatch, "Missing gradient for parameter " +
+                                                 std::to_string(id) +
+                                                 ": it was registered with another backend than " +
+                                                 std::string{B::name()}};
+    }
+
+    static error read_failed(std::uint64_t id, const error& cause)
+    {
+        return error{cause.code(),
+                     "Reading gradient for parameter " + std::to_string(id) + ": " + cause.message()};
+    }
+
+    template <backend B>
     static boost::asio::awaitable<result<gradient_entry>> read_one(const captured<B>& handle,
                                                                    progress_counter& progress)
     {
         if (!handle.tensor) {
-            co_return error{errc::backend_mismatch,
-                            "Missing gradient for parameter " + std::to_string(handle.id) +
-                                ": it was registered with another backend than " +
-                                std::string{B::name()}};
+            co_return registered_elsewhere<B>(handle.id);
         }
         const dtype original = dtype_of<B>(*handle.tensor);
         auto data = co_await into_data<B>(*handle.tensor);
         if (!data) {
-            co_return error{data.error().code(), "Reading gradient for parameter " +
-                                                     std::to_string(handle.id) + ": " +
-                                                     data.error().message()};
+            co_return read_failed(handle.id, data.error());
         }
         progress.read_done(data.value().bytes().size());
         co_return gradient_entry{handle.id, original, std::move(data).value()};
+    }
+
+    // Every read of an immediate_reads backend, in one pass under one lock.
+    template <immediate_reads B>
+    [[nodiscard]] result<gradients_params_record> read_now_all(const snapshot_options& options) const
+    {
+        const std::shared_lock lock{mutex_};
+        const auto ids = sorted_ids();
+        progress_counter progress{options.on_progress, {.tensors_total = ids.size()}};
+        std::vector<gradient_entry> entries;
+        entries.reserve(ids.size());
+        for (const param_id id : ids) {
+            const auto* tensor = std::any_cast<tensor_primitive<B>>(&entries_.find(id)->second);
+            if (tensor == nullptr) {
+                return registered_elsewhere<B>(id.val());
+            }
+            progress.now.bytes_total += byte_size<B>(*tensor);
+        }
+        for (const param_id id : ids) {
+            const auto& tensor = *std::any_cast<tensor_primitive<B>>(&entries_.find(id)->second);
+            auto data = std::visit([](const auto& t) { return B::read_now(t); }, tensor);
+            if (!data) {
+                return read_failed(id.val(), data.error());
+            }
+            progress.read_done(data.value().bytes().size());
+            entries.push_back({id.val(), dtype_of<B>(tensor), std::move(data).value()});
+        }
+        return gradients_params_record{std::move(entries)};
+    }
+
+    // Delivers a snapshot already taken, unless the awaiting coroutine is cancelled by then.
+    static boost::asio::awaitable<result<gradients_params_record>>
+    deliver(result<gradients_params_record> record)
+    {
+        // Not inside the `if`: GCC 12 miscompiles a co_await in a condition.
+        const bool cancelled = co_await detail::cancel_requested();
+        if (cancelled) {
+            co_return error{errc::cancelled, "Snapshot cancelled"};
+        }
+        co_return record;
     }
 
     template <backend B>
@@ -229,6 +288,7 @@ result<gradients_params> gradients_params::from_record(gradients_params_record r
     BOOST_OUTCOME_TRY(validate_gradients_record(record));
     gradients_params grads;
     auto entries = std::move(record).into_entries();
+    grads.entries_.reserve(entries.size());
     for (gradient_entry& entry : entries) {
         const std::uint64_t id = entry.id;
         auto tensor = upload<B>(std::move(entry), device);
@@ -245,15 +305,21 @@ result<gradients_params> gradients_params::from_record(gradients_params_record r
 template <backend B>
 result<gradients_params_record> gradients_params::try_to_record(snapshot_options options) const
 {
-    auto handles = capture<B>();
     sync_read_options sync;
-    sync.blocking_reads = std::all_of(handles.begin(), handles.end(), [](const captured<B>& h) {
-        return !h.tensor || B::blocking_reads(device_of<B>(*h.tensor));
-    });
     sync.refuse_if = options.refuse_if;
     sync.deadline = options.deadline;
-    auto record = try_read_sync(
-        [&] { return read_all<B>(std::move(handles), options); }, sync);
+    result<gradients_params_record> record = error{errc::read_failed, "not read"};
+    if constexpr (immediate_reads<B>) {
+        // Reads that never wait cannot block, whatever thread this is; the sync wrapper still
+        // applies `refuse_if` and the refusals of threads that must not block, as for any backend.
+        record = try_read_sync([&] { return deliver(read_now_all<B>(options)); }, sync);
+    } else {
+        auto handles = capture<B>();
+        sync.blocking_reads = std::all_of(handles.begin(), handles.end(), [](const captured<B>& h) {
+            return !h.tensor || B::blocking_reads(device_of<B>(*h.tensor));
+        });
+        record = try_read_sync([&] { return read_all<B>(std::move(handles), options); }, sync);
+    }
     if (!record && record.error() == errc::sync_read_unavailable) {
         return error{errc::sync_read_unavailable,
                      "Synchronous gradient read is unavailable; use to_record_async (" +

@@ -49,7 +49,9 @@ public:
     }
 
     [[nodiscard]] constexpr kind get_kind() const noexcept { return kind_; }
-    /// The packing dimension; 0 for `native`.
+    /// The packing dimension; 0 for `native`. Kept in 32 bits, so that a dtype stays small:
+    /// a dimension past 2^32 - 1 (no tensor has that many) reads back as 2^32 - 1, which every
+    /// rank check still refuses.
     [[nodiscard]] constexpr std::size_t dim() const noexcept { return dim_; }
     /// Bits of one storage element holding values of type `v`.
     [[nodiscard]] std::size_t size_bits(quant_value v) const noexcept;
@@ -57,9 +59,12 @@ public:
     friend constexpr auto operator<=>(const quant_store&, const quant_store&) = default;
 
 private:
-    constexpr quant_store(kind k, std::size_t dim) noexcept : kind_(k), dim_(dim) {}
+    constexpr quant_store(kind k, std::size_t dim) noexcept
+        : kind_(k), dim_(dim > UINT32_MAX ? UINT32_MAX : static_cast<std::uint32_t>(dim))
+    {
+    }
     kind kind_;
-    std::size_t dim_;
+    std::uint32_t dim_;
 };
 
 /// Block dimensions of block-level quantization: up to `max_dims` entries, stored as bytes.

@@ -8,7 +8,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace ruda::detail {
@@ -50,7 +52,32 @@ private:
 
 [[nodiscard]] std::array<std::uint8_t, preamble_size> encode_preamble(const frame& f);
 [[nodiscard]] std::array<std::uint8_t, trailer_size> encode_trailer(const frame& f);
-/// The entry table and sections of `index` (its payload locations filled in).
+/// Encodes the header (entry table, then sections) in pieces of about 64 KiB handed to a sink
+/// as they fill, so a save streams a header of any size through a small buffer.
+class header_encoder {
+public:
+    using sink_type = std::function<result<void>(std::span<const std::uint8_t>)>;
+    /// The header of `entries` entries and `sections` sections, in that order.
+    header_encoder(std::uint64_t entries, std::uint64_t sections, sink_type sink);
+    [[nodiscard]] result<void> entry(std::uint64_t id, const dtype& original, const dtype& stored,
+                                     std::span<const std::size_t> shape,
+                                     const payload_location& payload);
+    [[nodiscard]] result<void> section(std::string_view name, const payload_location& payload);
+    /// Hands over the last piece.
+    [[nodiscard]] result<void> finish();
+    /// Bytes handed to the sink so far.
+    [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
+
+private:
+    static constexpr std::size_t flush_size = std::size_t{64} << 10U;
+    result<void> flush_if_full();
+
+    sink_type sink_;
+    std::vector<std::uint8_t> buffer_;
+    std::uint64_t size_ = 0;
+};
+
+/// The entry table and sections of `index` (its payload locations filled in), in memory.
 [[nodiscard]] std::vector<std::uint8_t> encode_header(const checkpoint_index& index);
 
 /// Checks the preamble of a file of `file_length` bytes: magic, format version (a newer one is
