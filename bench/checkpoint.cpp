@@ -249,6 +249,24 @@ std::size_t copy_all(const ruda::gradients_params_record& record,
     return copies.back()[1];
 }
 
+// load_checkpoint_file + from_record<cpu_backend>, timed; the gradients are freed untimed.
+double time_load_and_restore(const fs::path& path, std::size_t& sink)
+{
+    std::optional<ruda::gradients_params> restored;
+    const double time = seconds([&] {
+        auto loaded = ruda::load_checkpoint_file(path);
+        if (!loaded) {
+            std::fprintf(stderr, "load %s: %s\n", path.c_str(), loaded.error().message().c_str());
+            std::exit(1);
+        }
+        restored.emplace(
+            ruda::gradients_params::from_record<cpu>(std::move(loaded).value().gradients(), {})
+                .value());
+    });
+    sink += restored->size();
+    return time;
+}
+
 // A file ruda may map: `path` itself with the immutable flag set where this process may set it
 // (root, on a file system that keeps the flag), cleared again on destruction; otherwise a
 // sealed memfd holding a copy of it.
@@ -398,18 +416,7 @@ int main(int argc, char** argv)
         }
         raw_read_times.push_back(
             seconds([&] { sink += raw_read(raw_path, read_buffer, s.tensors, tensor_bytes); }));
-        std::optional<ruda::gradients_params> restored;
-        load_times.push_back(seconds([&] {
-            auto loaded = ruda::load_checkpoint_file(saved_path);
-            if (!loaded) {
-                std::fprintf(stderr, "load: %s\n", loaded.error().message().c_str());
-                std::exit(1);
-            }
-            restored.emplace(ruda::gradients_params::from_record<cpu>(
-                                 std::move(loaded).value().gradients(), {})
-                                 .value());
-        }));
-        sink += restored->size();
+        load_times.push_back(time_load_and_restore(saved_path, sink));
     }
     const double file_bytes = static_cast<double>(fs::file_size(saved_path));
 
@@ -423,18 +430,7 @@ int main(int argc, char** argv)
             return 1;
         }
         for (int r = 0; r < s.reps; ++r) {
-            std::optional<ruda::gradients_params> restored;
-            mapped_load_times.push_back(seconds([&] {
-                auto loaded = ruda::load_checkpoint_file(file.path());
-                if (!loaded) {
-                    std::fprintf(stderr, "mapped load: %s\n", loaded.error().message().c_str());
-                    std::exit(1);
-                }
-                restored.emplace(ruda::gradients_params::from_record<cpu>(
-                                     std::move(loaded).value().gradients(), {})
-                                     .value());
-            }));
-            sink += restored->size();
+            mapped_load_times.push_back(time_load_and_restore(file.path(), sink));
         }
     }
 
