@@ -221,25 +221,28 @@ private:
     [[nodiscard]] result<gradients_params_record> read_now_all(const snapshot_options& options) const
     {
         const std::shared_lock lock{mutex_};
-        const auto ids = sorted_ids();
-        progress_counter progress{options.on_progress, {.tensors_total = ids.size()}};
-        std::vector<gradient_entry> entries;
-        entries.reserve(ids.size());
-        for (const param_id id : ids) {
+        std::vector<std::pair<std::uint64_t, const tensor_primitive<B>*>> tensors;
+        tensors.reserve(entries_.size());
+        for (const param_id id : sorted_ids()) {
             const auto* tensor = std::any_cast<tensor_primitive<B>>(&entries_.find(id)->second);
             if (tensor == nullptr) {
                 return registered_elsewhere<B>(id.val());
             }
+            tensors.emplace_back(id.val(), tensor);
+        }
+        progress_counter progress{options.on_progress, {.tensors_total = tensors.size()}};
+        for (const auto& [id, tensor] : tensors) {
             progress.now.bytes_total += byte_size<B>(*tensor);
         }
-        for (const param_id id : ids) {
-            const auto& tensor = *std::any_cast<tensor_primitive<B>>(&entries_.find(id)->second);
-            auto data = std::visit([](const auto& t) { return B::read_now(t); }, tensor);
+        std::vector<gradient_entry> entries;
+        entries.reserve(tensors.size());
+        for (const auto& [id, tensor] : tensors) {
+            auto data = std::visit([](const auto& t) { return B::read_now(t); }, *tensor);
             if (!data) {
-                return read_failed(id.val(), data.error());
+                return read_failed(id, data.error());
             }
             progress.read_done(data.value().bytes().size());
-            entries.push_back({id.val(), dtype_of<B>(tensor), std::move(data).value()});
+            entries.push_back({id, dtype_of<B>(*tensor), std::move(data).value()});
         }
         return gradients_params_record{std::move(entries)};
     }

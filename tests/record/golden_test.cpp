@@ -1,0 +1,117 @@
+// Files written by ruda before tensor bytes moved into ruda::storage (tests/record/data, written
+// by the release before that change): each loads into the same record, and ruda writes each
+// again byte for byte, so the change left cereal's encodings and the checkpoint format as
+// they were.
+#include <ruda/checkpoint/checkpoint_file.hpp>
+#include <ruda/optim/record_serialization.hpp>
+
+#include <boost/test/unit_test.hpp>
+#include <cereal/archives/binary.hpp>
+#include <cereal/archives/json.hpp>
+#include <cereal/archives/portable_binary.hpp>
+#include <cereal/archives/xml.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+
+namespace {
+
+const std::filesystem::path data_dir =
+    std::filesystem::path(RUDA_TEST_DATA_DIR) / ".." / ".." / "record" / "data";
+
+std::string file_text(const std::string& name)
+{
+    std::ifstream in{data_dir / name, std::ios::binary};
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The record in the files: f32, f16 (with -0 and the largest f16), an empty f64, and q8s.
+ruda::gradients_params_record golden()
+{
+    std::vector<ruda::gradient_entry> e;
+    e.push_back({7, ruda::dtype::f32(),
+                 ruda::tensor_data::from_values(std::vector<float>{0.5F, -1.25F, 3.0F}, {3}).value()});
+    e.push_back({9, ruda::dtype::f16(),
+                 ruda::tensor_data::from_values(std::vector<float>{1.0F, 2.0F, -0.0F, 65504.0F}, {2, 2})
+                     .value()
+                     .convert(ruda::dtype::f16())
+                     .value()});
+    e.push_back({11, ruda::dtype::f64(), ruda::tensor_data{std::vector<std::uint8_t>{}, {0}, ruda::dtype::f64()}});
+    ruda::quant_scheme q{};
+    q.value = ruda::quant_value::q8s;
+    q.store = ruda::quant_store::native();
+    e.push_back({13, ruda::dtype::qfloat(q),
+                 ruda::tensor_data{std::vector<std::uint8_t>{1, 2, 3, 4, 0, 0, 128, 63}, {4},
+                                   ruda::dtype::qfloat(q)}});
+    return ruda::gradients_params_record{std::move(e)};
+}
+
+template <class In, class Out>
+void round_trip(const std::string& name)
+{
+    const std::string bytes = file_text(name);
+    BOOST_REQUIRE(!bytes.empty());
+    ruda::gradients_params_record loaded{{}};
+    {
+        std::istringstream in{bytes};
+        In ar{in};
+        ar(cereal::make_nvp("record", loaded));
+    }
+    BOOST_TEST((loaded == golden()), name);
+    std::ostringstream out;
+    {
+        Out ar{out};
+        ar(cereal::make_nvp("record", golden()));
+    }
+    BOOST_TEST((out.str() == bytes), name << " is written again byte for byte");
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(record_golden)
+
+BOOST_AUTO_TEST_CASE(cereal_archives_from_before_storage_load_and_are_written_again_identically)
+{
+    round_trip<cereal::BinaryInputArchive, cereal::BinaryOutputArchive>("golden.cereal-binary");
+    round_trip<cereal::PortableBinaryInputArchive, cereal::PortableBinaryOutputArchive>(
+        "golden.cereal-portable");
+    round_trip<cereal::JSONInputArchive, cereal::JSONOutputArchive>("golden.cereal-json");
+    round_trip<cereal::XMLInputArchive, cereal::XMLOutputArchive>("golden.cereal-xml");
+}
+
+BOOST_AUTO_TEST_CASE(a_checkpoint_from_before_storage_loads_and_is_saved_again_identically)
+{
+    const auto path = data_dir / "golden.ruda";
+    for (const auto mapping : {ruda::load_mapping::when_unchangeable, ruda::load_mapping::never}) {
+        const auto loaded = ruda::load_checkpoint_file(path, {.mapping = mapping});
+        BOOST_REQUIRE(loaded);
+        BOOST_TEST((loaded.value().gradients() == golden()));
+        std::uint64_t step = 0;
+        BOOST_TEST(loaded.value().get("step", step).has_value());
+        BOOST_TEST(step == 1234U);
+    }
+    ruda::checkpoint again{golden()};
+    again.put("step", std::uint64_t{1234}).value();
+    const auto dir = std::filesystem::temp_directory_path() / "ruda-golden-test";
+    std::filesystem::create_directories(dir);
+    BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "again.ruda", again));
+    std::ifstream in{dir / "again.ruda", std::ios::binary};
+    const std::string written{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    std::filesystem::remove_all(dir);
+    // Byte for byte but the preamble's producer version (bytes 16-21) and the preamble's own
+    // checksum (56-63), which change with every release.
+    auto expected = file_text("golden.ruda");
+    BOOST_REQUIRE(written.size() == expected.size());
+    std::string mine = written;
+    for (auto* bytes : {&mine, &expected}) {
+        std::fill(bytes->begin() + 16, bytes->begin() + 22, '\0');
+        std::fill(bytes->begin() + 56, bytes->begin() + 64, '\0');
+    }
+    BOOST_TEST((mine == expected));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
