@@ -15,12 +15,13 @@ namespace {
 class mapping_block final : public storage_block {
 public:
     mapping_block(void* address, std::size_t length) noexcept
-        : storage_block(storage_origin::mapped), address_(address), length_(length)
+        : address_(address), length_(length)
     {
     }
 
 private:
     ~mapping_block() { ::munmap(address_, length_); }
+    [[nodiscard]] storage_origin origin() const noexcept override { return storage_origin::mapped; }
     void destroy() noexcept override { delete this; }
 
     void* address_;

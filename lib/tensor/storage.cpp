@@ -43,7 +43,7 @@ constexpr std::size_t populate_threshold = std::size_t{1} << 20U;
 constexpr std::size_t huge_page = std::size_t{2} << 20U;
 constexpr std::size_t huge_threshold = 2 * huge_page;
 // Small buffers keep their block header in the same allocation, in front of the data.
-constexpr std::size_t inline_header = 32;
+constexpr std::size_t inline_header = 16;
 constexpr std::size_t inline_limit = std::size_t{64} << 10U;
 
 // Maps the whole pages inside [data, data + size) for writing, in one call. Only a hint: a
@@ -82,7 +82,8 @@ public:
     }
 
 private:
-    inline_block() noexcept : storage_block(storage_origin::owned) {}
+    inline_block() noexcept = default;
+    [[nodiscard]] storage_origin origin() const noexcept override { return storage_origin::owned; }
     void destroy() noexcept override
     {
         void* memory = this;
@@ -111,10 +112,11 @@ public:
 
 private:
     heap_block(std::uint8_t* data, std::align_val_t align) noexcept
-        : storage_block(storage_origin::owned), data_(data), align_(align)
+        : data_(data), align_(align)
     {
     }
     ~heap_block() { ::operator delete(data_, align_); }
+    [[nodiscard]] storage_origin origin() const noexcept override { return storage_origin::owned; }
     void destroy() noexcept override { delete this; }
 
     std::uint8_t* data_;
@@ -124,13 +126,14 @@ private:
 class vector_block final : public storage_block {
 public:
     explicit vector_block(std::vector<std::uint8_t> bytes) noexcept
-        : storage_block(storage_origin::owned), bytes_(std::move(bytes))
+        : bytes_(std::move(bytes))
     {
     }
     [[nodiscard]] const std::vector<std::uint8_t>& bytes() const noexcept { return bytes_; }
 
 private:
     ~vector_block() = default;
+    [[nodiscard]] storage_origin origin() const noexcept override { return storage_origin::owned; }
     void destroy() noexcept override { delete this; }
 
     std::vector<std::uint8_t> bytes_;
@@ -139,12 +142,16 @@ private:
 class borrowed_block final : public storage_block {
 public:
     explicit borrowed_block(std::shared_ptr<const void> owner) noexcept
-        : storage_block(storage_origin::borrowed), owner_(std::move(owner))
+        : owner_(std::move(owner))
     {
     }
 
 private:
     ~borrowed_block() = default;
+    [[nodiscard]] storage_origin origin() const noexcept override
+    {
+        return storage_origin::borrowed;
+    }
     void destroy() noexcept override { delete this; }
 
     std::shared_ptr<const void> owner_;

@@ -10,13 +10,14 @@ namespace ruda {
 class storage_pool::pooled_block final : public detail::storage_block {
 public:
     pooled_block(std::shared_ptr<storage_pool> pool, void* memory, std::size_t capacity) noexcept
-        : storage_block(storage_origin::pooled), pool_(std::move(pool)), memory_(memory),
+        : pool_(std::move(pool)), memory_(memory),
           capacity_(capacity)
     {
     }
 
 private:
     ~pooled_block() = default;
+    [[nodiscard]] storage_origin origin() const noexcept override { return storage_origin::pooled; }
     void destroy() noexcept override
     {
         pool_->give_back(memory_, capacity_);

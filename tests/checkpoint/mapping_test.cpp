@@ -171,25 +171,22 @@ BOOST_AUTO_TEST_CASE(a_mapped_file_gets_every_check_a_read_one_gets)
     const auto index = ruda::checkpoint_reader::open(dir / "c.ruda").value().index();
     const auto& second = index.entries[1].payload;
 
+    // Mapped and read alike, the same refusal.
+    const auto refused = [](const std::vector<std::uint8_t>& damaged, errc code, const char* text) {
+        const sealed_memfd file{damaged};
+        for (const auto mapping : {ruda::load_mapping::when_unchangeable, ruda::load_mapping::never}) {
+            const auto loaded = ruda::load_checkpoint_file(file.path(), {.mapping = mapping});
+            BOOST_REQUIRE(!loaded);
+            BOOST_TEST(loaded.error() == code);
+            BOOST_TEST(loaded.error().message().find(text) != std::string::npos);
+        }
+    };
     auto corrupt = bytes;
     corrupt[second.offset + 3] ^= 0x10U;
-    const sealed_memfd corrupt_file{corrupt};
-    for (const auto mapping : {ruda::load_mapping::when_unchangeable, ruda::load_mapping::never}) {
-        const auto loaded = ruda::load_checkpoint_file(corrupt_file.path(), {.mapping = mapping});
-        BOOST_REQUIRE(!loaded);
-        BOOST_TEST(loaded.error() == errc::checksum_mismatch);
-        BOOST_TEST(loaded.error().message().find("parameter 5") != std::string::npos);
-    }
-
+    refused(corrupt, errc::checksum_mismatch, "parameter 5");
     auto padded = bytes;
     padded[second.offset + second.length + 1] = 1; // in the padding after entry 5
-    const sealed_memfd padded_file{padded};
-    for (const auto mapping : {ruda::load_mapping::when_unchangeable, ruda::load_mapping::never}) {
-        const auto loaded = ruda::load_checkpoint_file(padded_file.path(), {.mapping = mapping});
-        BOOST_REQUIRE(!loaded);
-        BOOST_TEST(loaded.error() == errc::malformed_record);
-        BOOST_TEST(loaded.error().message().find("nonzero padding") != std::string::npos);
-    }
+    refused(padded, errc::malformed_record, "nonzero padding");
 
     // A partial load of a mapped file.
     const sealed_memfd file{bytes};

@@ -42,22 +42,23 @@ public:
     void retain() noexcept;
     void release() noexcept;
     [[nodiscard]] bool unique() const noexcept;
-    [[nodiscard]] storage_origin origin() const noexcept { return origin_; }
+    [[nodiscard]] virtual storage_origin origin() const noexcept = 0;
     /// Whether ruda may write the memory (owned or pooled), when it holds the only reference.
     [[nodiscard]] bool writable() const noexcept
     {
-        return origin_ == storage_origin::owned || origin_ == storage_origin::pooled;
+        const storage_origin o = origin();
+        return o == storage_origin::owned || o == storage_origin::pooled;
     }
 
 protected:
-    explicit storage_block(storage_origin origin) noexcept : origin_(origin) {}
+    storage_block() noexcept = default;
     ~storage_block() = default;
     // Frees the block and its memory; called once, by the last release.
     virtual void destroy() noexcept = 0;
 
 private:
+    // With the vtable pointer, 16 bytes: a small buffer's whole header.
     std::atomic<std::size_t> refs_{1};
-    storage_origin origin_;
 };
 
 // A storage over `size` bytes at `data` inside `block`, taking over the block's first
