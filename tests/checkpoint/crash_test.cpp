@@ -8,6 +8,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -72,16 +73,38 @@ BOOST_AUTO_TEST_CASE(sigkill_at_random_moments_never_leaves_a_torn_checkpoint)
     int interrupted = 0; // kills that left a temporary file: the write was cut short
     int advanced = 0;    // kills after which the child had made at least one checkpoint
     for (int trial = 0; trial < trials; ++trial) {
+        // The child says when its first save starts, so the kill's random moment falls among
+        // its saves however long its setup takes (under a sanitizer, longer than the window).
+        int ready[2];
+        BOOST_REQUIRE(::pipe(ready) == 0);
         const pid_t child = ::fork();
         BOOST_REQUIRE(child >= 0);
         if (child == 0) {
+            ::close(ready[0]);
             ruda::checkpoint_manager saver{dir.path(), options};
+            auto contents = contents_of(next);
+            if (::write(ready[1], "s", 1) != 1) {
+                std::_Exit(4);
+            }
             for (std::uint64_t step = next;; ++step) {
-                if (!saver.save(step, contents_of(step))) {
+                if (!saver.save(step, contents)) {
                     std::_Exit(3);
                 }
+                contents = contents_of(step + 1);
             }
         }
+        ::close(ready[1]);
+        // No thread here may wait for it: the child is forked from this one thread alone.
+        pollfd wait{ready[0], POLLIN, 0};
+        char started = 0;
+        const bool child_started = ::poll(&wait, 1, 60000) == 1 && ::read(ready[0], &started, 1) == 1;
+        ::close(ready[0]);
+        if (!child_started) {
+            ::kill(child, SIGKILL);
+            ::waitpid(child, nullptr, 0);
+        }
+        BOOST_REQUIRE_MESSAGE(child_started, "the saving child died before its first save in trial "
+                                                 << trial);
         sleep_us(static_cast<long>(random() % 40000));
         ::kill(child, SIGKILL);
         int status = 0;
