@@ -3,6 +3,7 @@
 // reuse buffers and outlive nothing they must not.
 #include <ruda/tensor/storage.hpp>
 #include <ruda/tensor/storage_pool.hpp>
+#include <ruda/tensor/tensor_data.hpp>
 
 #include <boost/test/unit_test.hpp>
 
@@ -110,6 +111,10 @@ BOOST_AUTO_TEST_CASE(a_vector_is_adopted_without_a_copy)
     BOOST_TEST((s.origin() == storage_origin::owned));
     BOOST_TEST((storage{std::vector<std::uint8_t>{}}.origin() == storage_origin::none));
     BOOST_TEST((storage{1, 2, 3}.to_vector() == std::vector<std::uint8_t>{1, 2, 3}));
+    // As a vector's bytes were given before: from an iterator range, as a copy.
+    const std::vector<std::uint8_t> source{4, 5, 6, 7};
+    const ruda::tensor_data data{{source.begin() + 1, source.end()}, {3}, ruda::dtype::u8()};
+    BOOST_TEST((data.bytes().to_vector() == std::vector<std::uint8_t>{5, 6, 7}));
 }
 
 BOOST_AUTO_TEST_CASE(borrowed_memory_stays_alive_and_is_never_written)

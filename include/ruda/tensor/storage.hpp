@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <iterator>
 #include <iosfwd>
 #include <memory>
 #include <span>
@@ -84,6 +85,12 @@ public:
     storage(std::vector<std::uint8_t> bytes); // NOLINT(google-explicit-constructor): as a vector
     /// A copy of the listed bytes, for constants and tests.
     storage(std::initializer_list<std::uint8_t> bytes);
+    /// A copy of [first, last), as the vector constructor it stands in for makes one.
+    template <std::input_iterator It>
+        requires std::convertible_to<std::iter_value_t<It>, std::uint8_t>
+    storage(It first, It last) : storage(std::vector<std::uint8_t>(first, last))
+    {
+    }
 
     storage(const storage& other) noexcept;
     storage(storage&& other) noexcept;
