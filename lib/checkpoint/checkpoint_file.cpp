@@ -264,22 +264,17 @@ std::string checkpoint_reader::mapping_reason(const checkpoint_load_options& opt
 // One payload to load, and where its bytes end up.
 struct checkpoint_reader::payload_request {
     const payload_location* payload;
-    std::string (*describe)(const void*); // names it in a checksum error
-    const void* info;                     // its entry or section
+    const checkpoint_entry_info* entry;     // null for a section
+    const checkpoint_section_info* section; // null for an entry
     storage bytes;
+
+    [[nodiscard]] std::string name() const
+    {
+        return entry != nullptr ? payload_name(*entry) : payload_name(*section);
+    }
 };
 
 namespace {
-
-std::string describe_entry(const void* info)
-{
-    return payload_name(*static_cast<const checkpoint_entry_info*>(info));
-}
-
-std::string describe_section(const void* info)
-{
-    return payload_name(*static_cast<const checkpoint_section_info*>(info));
-}
 
 bool all_zero(std::span<const std::uint8_t> bytes)
 {
@@ -345,18 +340,18 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
                                                          std::to_string(id)};
             }
             if (wanted.insert(id).second) {
-                requests.push_back({&found->second->payload, describe_entry, found->second, {}});
+                requests.push_back({&found->second->payload, found->second, nullptr, {}});
             }
         }
     } else {
         requests.reserve(index_.entries.size() + index_.sections.size());
         for (const auto& entry : index_.entries) {
-            requests.push_back({&entry.payload, describe_entry, &entry, {}});
+            requests.push_back({&entry.payload, &entry, nullptr, {}});
         }
     }
     const std::size_t entry_count = requests.size();
     for (const auto& section : index_.sections) {
-        requests.push_back({&section.payload, describe_section, &section, {}});
+        requests.push_back({&section.payload, nullptr, &section, {}});
     }
     std::vector<std::uint32_t> in_order(requests.size());
     for (std::uint32_t k = 0; k < in_order.size(); ++k) {
@@ -381,7 +376,7 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
     std::vector<gradient_entry> entries;
     entries.reserve(entry_count);
     for (std::size_t k = 0; k < entry_count; ++k) {
-        const auto& info = *static_cast<const checkpoint_entry_info*>(requests[k].info);
+        const checkpoint_entry_info& info = *requests[k].entry;
         // A reader being consumed gives its shapes away rather than copying them.
         auto dims = spent != nullptr ? std::move((*spent)[static_cast<std::size_t>(&info - spent->data())].shape)
                                      : info.shape;
@@ -394,7 +389,7 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
     }
     checkpoint contents{std::move(record)};
     for (std::size_t k = entry_count; k < requests.size(); ++k) {
-        const auto& info = *static_cast<const checkpoint_section_info*>(requests[k].info);
+        const checkpoint_section_info& info = *requests[k].section;
         BOOST_OUTCOME_TRY(contents.put_bytes(info.name, requests[k].bytes.to_vector()));
     }
     return contents;
@@ -419,7 +414,7 @@ result<void> checkpoint_reader::map_payloads(std::vector<payload_request>& reque
         BOOST_OUTCOME_TRY(padding(cursor, r.payload->offset));
         r.bytes = file.slice(r.payload->offset, r.payload->length);
         if (verify && detail::checksum(r.bytes) != r.payload->checksum) {
-            return mismatch(r.describe(r.info));
+            return mismatch(r.name());
         }
         cursor = std::max(cursor, r.payload->offset + r.payload->length);
     }
@@ -454,7 +449,7 @@ result<void> checkpoint_reader::read_payloads(std::vector<payload_request>& requ
                 done += n;
             }
             if (verify && sum.digest() != first.checksum) {
-                return mismatch(r.describe(r.info));
+                return mismatch(r.name());
             }
             cursor = std::max(cursor, first.offset + first.length);
             ++i;
@@ -483,7 +478,7 @@ result<void> checkpoint_reader::read_payloads(std::vector<payload_request>& requ
             }
             r.bytes = run.slice(at - first.offset, r.payload->length);
             if (verify && detail::checksum(r.bytes) != r.payload->checksum) {
-                return mismatch(r.describe(r.info));
+                return mismatch(r.name());
             }
             cursor = std::max(cursor, at + r.payload->length);
         }
