@@ -31,6 +31,7 @@ public:
         case errc::backend_mismatch: return "backend mismatch";
         case errc::shape_mismatch: return "shape mismatch";
         case errc::unknown_parameter: return "no such parameter";
+        case errc::device_unavailable: return "device unavailable";
         }
         return "unknown ruda error " + std::to_string(value);
     }

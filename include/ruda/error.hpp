@@ -32,6 +32,7 @@ enum class errc : int {
     backend_mismatch,
     shape_mismatch,
     unknown_parameter,
+    device_unavailable,
 };
 
 } // namespace ruda

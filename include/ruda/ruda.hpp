@@ -5,6 +5,8 @@
 #include <ruda/backend/async_device.hpp>
 #include <ruda/backend/backend.hpp>
 #include <ruda/backend/cpu_backend.hpp>
+#include <ruda/backend/cuda_backend.hpp>
+#include <ruda/backend/cuda_device.hpp>
 #include <ruda/backend/host_tensor.hpp>
 #include <ruda/checkpoint/checkpoint.hpp>
 #include <ruda/checkpoint/checkpoint_file.hpp>

@@ -22,7 +22,7 @@ ruda::result<int> doubled(int v)
     return 2 * x;
 }
 
-constexpr int errc_count = static_cast<int>(ruda::errc::unknown_parameter);
+constexpr int errc_count = static_cast<int>(ruda::errc::device_unavailable);
 
 } // namespace
 
@@ -59,7 +59,8 @@ BOOST_AUTO_TEST_CASE(contract_names_exist)
                    errc::byte_count_mismatch, errc::invalid_quantization,
                    errc::allocation_too_large, errc::malformed_record, errc::unsupported_version,
                    errc::checksum_mismatch, errc::io_error, errc::cancelled, errc::timed_out,
-                   errc::backend_mismatch, errc::shape_mismatch, errc::unknown_parameter}) {
+                   errc::backend_mismatch, errc::shape_mismatch, errc::unknown_parameter,
+                   errc::device_unavailable}) {
         BOOST_TEST(static_cast<int>(e) >= 1);
         BOOST_TEST(static_cast<int>(e) <= errc_count);
     }

@@ -10,6 +10,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <span>
 #include <string_view>
 #include <variant>
 
@@ -68,6 +69,16 @@ concept immediate_reads =
 /// A gradient on backend `B`: a float tensor or a quantized one.
 template <backend B>
 using tensor_primitive = std::variant<typename B::float_tensor, typename B::quantized_tensor>;
+
+/// A backend that acts when a snapshot is taken, with every tensor it will read, before any
+/// read starts: `begin_snapshot(span of tensor_primitive<B>*)` may replace the tensors (with
+/// copies fixed at that instant, as `cuda_backend`'s device staging does). A failure fails the
+/// snapshot before any read.
+template <class B>
+concept snapshot_hook =
+    backend<B> && requires(std::span<tensor_primitive<B>* const> tensors) {
+        { B::begin_snapshot(tensors) } -> std::same_as<result<void>>;
+    };
 
 /// The dtype of either alternative.
 template <backend B>

@@ -85,7 +85,9 @@ public:
     ///
     /// On a backend whose reads complete at once (`immediate_reads`, such as `cpu_backend`) the
     /// reads happen in this call, in one pass under the lock, and the awaitable delivers the
-    /// record (or `errc::cancelled` if the awaiting coroutine was cancelled by then).
+    /// record (or `errc::cancelled` if the awaiting coroutine was cancelled by then). On a
+    /// backend with a `snapshot_hook` (`cuda_backend`), the hook runs in this call too, so the
+    /// snapshot is taken when the call returns (device staging: the trainer may go on).
     template <backend B>
     [[nodiscard]] boost::asio::awaitable<result<gradients_params_record>>
     to_record_async(snapshot_options options = {}) const
@@ -93,7 +95,13 @@ public:
         if constexpr (immediate_reads<B>) {
             return deliver(read_now_all<B>(options));
         } else {
-            return read_all<B>(capture<B>(), options);
+            auto handles = capture<B>();
+            if constexpr (snapshot_hook<B>) {
+                if (auto begun = begin_snapshot<B>(handles); !begun) {
+                    return fail(std::move(begun).error());
+                }
+            }
+            return read_all<B>(std::move(handles), options);
         }
     }
 
@@ -168,6 +176,25 @@ private:
             handles.push_back({id.val(), std::move(tensor), bytes});
         }
         return handles;
+    }
+
+    // The backend's hook, with every tensor present, under no lock (the handles are copies).
+    template <snapshot_hook B>
+    static result<void> begin_snapshot(std::vector<captured<B>>& handles)
+    {
+        std::vector<tensor_primitive<B>*> tensors;
+        tensors.reserve(handles.size());
+        for (captured<B>& handle : handles) {
+            if (handle.tensor) {
+                tensors.push_back(&*handle.tensor);
+            }
+        }
+        return B::begin_snapshot(tensors);
+    }
+
+    static boost::asio::awaitable<result<gradients_params_record>> fail(error failure)
+    {
+        co_return failure;
     }
 
     // Counts completed reads for `options.on_progress`; used on the gather's strand only.
@@ -318,6 +345,9 @@ result<gradients_params_record> gradients_params::try_to_record(snapshot_options
         record = try_read_sync([&] { return deliver(read_now_all<B>(options)); }, sync);
     } else {
         auto handles = capture<B>();
+        if constexpr (snapshot_hook<B>) {
+            BOOST_OUTCOME_TRY(begin_snapshot<B>(handles));
+        }
         sync.blocking_reads = std::all_of(handles.begin(), handles.end(), [](const captured<B>& h) {
             return !h.tensor || B::blocking_reads(device_of<B>(*h.tensor));
         });

@@ -1,0 +1,1126 @@
+// The CUDA device: one worker thread issues every read's copies and learns of their landing
+// through host functions that only post back to it, so all read state is touched on that
+// thread; uploads and device staging run on the caller's thread under their own locks.
+#include <ruda/backend/cuda_device.hpp>
+#include <ruda/backend/detail/cuda_device_state.hpp>
+#include <ruda/backend/detail/cuda_driver.hpp>
+#include <ruda/runtime/blocking_scope.hpp>
+#include <ruda/runtime/detail/post_completion.hpp>
+
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unistd.h>
+
+namespace ruda {
+namespace detail {
+
+using namespace cuda;
+
+namespace {
+
+constexpr unsigned host_register_portable = 0x1; // CU_MEMHOSTREGISTER_PORTABLE
+constexpr std::size_t device_alignment = 256;
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+std::size_t page_size()
+{
+    static const auto size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    return size;
+}
+
+} // namespace
+
+// The device's primary context (shared with the CUDA runtime and PyTorch), released when
+// nothing that needs it is left: the device, its allocations, its pinned buffers.
+class cuda_context {
+public:
+    cuda_context(const driver& api, CUdevice device, CUcontext context, int ordinal)
+        : api_(api), device_(device), context_(context), ordinal_(ordinal)
+    {
+    }
+    ~cuda_context() { api_.cuDevicePrimaryCtxRelease(device_); }
+    cuda_context(const cuda_context&) = delete;
+    cuda_context& operator=(const cuda_context&) = delete;
+
+    [[nodiscard]] const driver& api() const noexcept { return api_; }
+    [[nodiscard]] int ordinal() const noexcept { return ordinal_; }
+
+    // Driver calls act on the calling thread's current context.
+    result<void> make_current() const
+    {
+        return check(api_.cuCtxSetCurrent(context_), errc::device_unavailable, "cuCtxSetCurrent");
+    }
+
+    // "cuda device 0: <what>: CUDA_ERROR_… (…)" for a failed call.
+    [[nodiscard]] result<void> check(CUresult status, errc code, const std::string& what) const
+    {
+        if (status == cuda_success) {
+            return success();
+        }
+        return driver_error(api_, code, "cuda device " + std::to_string(ordinal_) + ": " + what,
+                            status);
+    }
+
+private:
+    const driver& api_;
+    CUdevice device_;
+    CUcontext context_;
+    int ordinal_;
+};
+
+namespace {
+
+// Page-aligned host memory registered with the driver (pinned), so copies to and from it run
+// at the link's speed. Registering is ten times cheaper than cuMemAllocHost.
+struct pinned_memory {
+    static void* allocate(const cuda_context& context, std::size_t size)
+    {
+        const std::size_t bytes = round_up(std::max<std::size_t>(size, 1), page_size());
+        void* memory = std::aligned_alloc(page_size(), bytes);
+        if (memory == nullptr) {
+            return nullptr;
+        }
+        if (!context.make_current() ||
+            context.api().cuMemHostRegister(memory, bytes, host_register_portable) != cuda_success) {
+            std::free(memory);
+            return nullptr;
+        }
+        return memory;
+    }
+    static void free(const cuda_context& context, void* memory)
+    {
+        if (context.make_current()) {
+            context.api().cuMemHostUnregister(memory);
+        }
+        std::free(memory);
+    }
+};
+
+// Allocations in a circular buffer, released in any order; space comes back once every older
+// allocation is released too, which is the order copies on one stream land in anyway.
+class staging_ring {
+public:
+    explicit staging_ring(std::size_t capacity) : capacity_(capacity) {}
+
+    [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+
+    std::optional<std::size_t> allocate(std::size_t bytes)
+    {
+        if (bytes == 0 || bytes > capacity_) {
+            return std::nullopt;
+        }
+        if (live_.empty()) {
+            head_ = 0;
+        }
+        std::size_t at = head_;
+        if (!live_.empty()) {
+            const std::size_t oldest = live_.front().offset;
+            if (head_ > oldest) {
+                // Used: [oldest, head). Free: [head, capacity) and [0, oldest).
+                if (capacity_ - head_ < bytes) {
+                    if (oldest < bytes) {
+                        return std::nullopt;
+                    }
+                    at = 0;
+                }
+            } else if (oldest - head_ < bytes) {
+                // Used: [oldest, capacity) and [0, head), or all of it when head == oldest.
+                return std::nullopt;
+            }
+        }
+        live_.push_back({at, bytes, false});
+        head_ = at + bytes;
+        return at;
+    }
+
+    void release(std::size_t offset)
+    {
+        const auto found = std::find_if(live_.begin(), live_.end(),
+                                        [offset](const span& s) { return s.offset == offset; });
+        if (found != live_.end()) {
+            found->released = true;
+        }
+        while (!live_.empty() && live_.front().released) {
+            live_.pop_front();
+        }
+    }
+
+private:
+    struct span {
+        std::size_t offset;
+        std::size_t bytes;
+        bool released;
+    };
+    std::size_t capacity_;
+    std::size_t head_ = 0;
+    std::deque<span> live_;
+};
+
+// The device staging buffer and its ring, kept alive by the leases of staged copies.
+class device_staging {
+public:
+    device_staging(std::shared_ptr<const cuda_context> context, CUdeviceptr base,
+                   std::size_t capacity)
+        : context_(std::move(context)), base_(base), ring_(capacity)
+    {
+    }
+    ~device_staging()
+    {
+        if (context_->make_current()) {
+            context_->api().cuMemFree(base_);
+        }
+    }
+    device_staging(const device_staging&) = delete;
+    device_staging& operator=(const device_staging&) = delete;
+
+    std::mutex mutex; // the ring, and the staging stream's events
+    [[nodiscard]] CUdeviceptr base() const noexcept { return base_; }
+    staging_ring& ring() { return ring_; }
+
+private:
+    std::shared_ptr<const cuda_context> context_;
+    CUdeviceptr base_;
+    staging_ring ring_;
+};
+
+// A staged copy's hold on its part of the device staging buffer.
+struct staging_lease {
+    staging_lease(std::shared_ptr<device_staging> owner, std::size_t at)
+        : staging(std::move(owner)), offset(at)
+    {
+    }
+    ~staging_lease()
+    {
+        const std::lock_guard lock{staging->mutex};
+        staging->ring().release(offset);
+    }
+    staging_lease(const staging_lease&) = delete;
+    staging_lease& operator=(const staging_lease&) = delete;
+
+    std::shared_ptr<device_staging> staging;
+    std::size_t offset;
+};
+
+// Device memory ruda allocated for an uploaded tensor.
+struct device_allocation {
+    device_allocation(std::shared_ptr<const cuda_context> owner, CUdeviceptr at)
+        : context(std::move(owner)), address(at)
+    {
+    }
+    ~device_allocation()
+    {
+        if (context->make_current()) {
+            context->api().cuMemFree(address);
+        }
+    }
+    device_allocation(const device_allocation&) = delete;
+    device_allocation& operator=(const device_allocation&) = delete;
+
+    std::shared_ptr<const cuda_context> context;
+    CUdeviceptr address;
+};
+
+error cancelled_read() { return error{errc::cancelled, "cuda backend: read cancelled"}; }
+
+} // namespace
+
+// One read between submission and completion; touched on the worker only.
+struct cuda_read_op {
+    cuda_read_op(std::shared_ptr<const cuda_tensor_desc> t, boost::asio::any_io_executor w,
+                 cuda_read_handler h)
+        : tensor(std::move(t)), work(std::move(w)), handler(std::move(h))
+    {
+    }
+    std::shared_ptr<const cuda_tensor_desc> tensor;
+    boost::asio::any_io_executor work;
+    cuda_read_handler handler;
+    storage destination;
+    bool started = false;       // the destination exists and the producer was waited for
+    std::size_t issued = 0;     // bytes of pieces queued
+    std::size_t landed = 0;     // bytes of pieces landed
+    bool stopped = false;       // no further pieces: cancelled or failed
+    std::optional<error> failure;
+    bool done = false;
+};
+
+// Adjacent small tensors of one snapshot that one copy serves. Decided when the snapshot is
+// taken, so that it does not depend on the order in which reads reach the worker; touched on
+// the worker only from then on.
+struct cuda_run {
+    CUdeviceptr address = 0;
+    std::size_t bytes = 0;
+    std::size_t tensors = 0;
+    cuda_stream producer = nullptr;
+    bool issued = false;
+    bool landed = false;
+    std::optional<error> failure;
+    storage buffer;                                    // pinned; each read gets its slice
+    std::vector<std::shared_ptr<cuda_read_op>> waiting; // reads waiting for the copy to land
+};
+
+// Pieces queued since the last host function; the next host function reports them landed.
+struct cuda_piece {
+    std::shared_ptr<cuda_read_op> read; // null for an upload's staging piece or a run
+    std::size_t bytes;
+    std::optional<std::size_t> staging_offset; // in the pinned ring
+    std::size_t destination_offset;
+    std::shared_ptr<cuda_run> run{}; // the run this copy serves
+};
+
+class cuda_device_state {
+public:
+    cuda_device_state(const driver& api, std::shared_ptr<const cuda_context> context,
+                      cuda_device::options opts, std::string name)
+        : api_(api), context_(std::move(context)), options_(std::move(opts)),
+          name_(std::move(name)), ring_(options_.staging_bytes), work_(io_.get_executor())
+    {
+    }
+
+    // Everything that can fail, before the worker starts.
+    result<void> create()
+    {
+        BOOST_OUTCOME_TRY(context_->make_current());
+        BOOST_OUTCOME_TRY(
+            context_->check(api_.cuStreamCreate(&copy_stream_, stream_non_blocking),
+                            errc::device_unavailable, "cuStreamCreate"));
+        BOOST_OUTCOME_TRY(
+            context_->check(api_.cuStreamCreate(&upload_stream_, stream_non_blocking),
+                            errc::device_unavailable, "cuStreamCreate"));
+        BOOST_OUTCOME_TRY(
+            context_->check(api_.cuStreamCreate(&notify_stream_, stream_non_blocking),
+                            errc::device_unavailable, "cuStreamCreate"));
+        for (CUevent* event : {&read_event_, &upload_event_, &landing_event_}) {
+            BOOST_OUTCOME_TRY(context_->check(api_.cuEventCreate(event, event_disable_timing),
+                                              errc::device_unavailable, "cuEventCreate"));
+        }
+        staging_memory_ = static_cast<std::uint8_t*>(
+            pinned_memory::allocate(*context_, options_.staging_bytes));
+        if (staging_memory_ == nullptr) {
+            return error{errc::allocation_too_large,
+                         "cuda device " + std::to_string(ordinal()) + ": cannot pin " +
+                             std::to_string(options_.staging_bytes) + " bytes of staging memory"};
+        }
+        if (options_.device_staging_bytes > 0) {
+            BOOST_OUTCOME_TRY(
+                context_->check(api_.cuStreamCreate(&staging_stream_, stream_non_blocking),
+                                errc::device_unavailable, "cuStreamCreate"));
+            for (CUevent* event : {&stage_begin_event_, &stage_end_event_}) {
+                BOOST_OUTCOME_TRY(
+                    context_->check(api_.cuEventCreate(event, event_disable_timing),
+                                    errc::device_unavailable, "cuEventCreate"));
+            }
+            CUdeviceptr base = 0;
+            BOOST_OUTCOME_TRY(context_->check(api_.cuMemAlloc(&base, options_.device_staging_bytes),
+                                              errc::allocation_too_large,
+                                              "cuMemAlloc of " +
+                                                  std::to_string(options_.device_staging_bytes) +
+                                                  " bytes of device staging"));
+            device_staging_ =
+                std::make_shared<device_staging>(context_, base, options_.device_staging_bytes);
+        }
+        if (options_.pinned_records) {
+            auto context = context_;
+            record_pool_ = storage_pool::create(
+                {.max_cached_bytes = options_.max_cached_record_bytes,
+                 .source = {.allocate = [context](std::size_t size) {
+                                return pinned_memory::allocate(*context, size);
+                            },
+                            .free = [context](void* memory,
+                                              std::size_t) { pinned_memory::free(*context, memory); },
+                            .name = "pinned host memory of cuda device " +
+                                    std::to_string(ordinal())}});
+        }
+        worker_ = std::thread([this] {
+            const no_blocking_scope device_thread;
+            if (!context_->make_current()) {
+                worker_has_context_ = false;
+            }
+            io_.run();
+        });
+        return success();
+    }
+
+    ~cuda_device_state()
+    {
+        if (worker_.joinable()) {
+            boost::asio::post(io_, [this] { shut_down(); });
+            worker_.join();
+        }
+        if (!context_->make_current()) {
+            return;
+        }
+        if (staging_memory_ != nullptr) {
+            pinned_memory::free(*context_, staging_memory_);
+        }
+        for (CUevent event :
+             {read_event_, upload_event_, landing_event_, stage_begin_event_, stage_end_event_}) {
+            if (event != nullptr) {
+                api_.cuEventDestroy(event);
+            }
+        }
+        for (CUstream stream : {copy_stream_, notify_stream_, upload_stream_, staging_stream_}) {
+            if (stream != nullptr) {
+                api_.cuStreamDestroy(stream);
+            }
+        }
+    }
+    cuda_device_state(const cuda_device_state&) = delete;
+    cuda_device_state& operator=(const cuda_device_state&) = delete;
+
+    [[nodiscard]] const cuda_device::options& get_options() const noexcept { return options_; }
+    [[nodiscard]] int ordinal() const noexcept { return context_->ordinal(); }
+    [[nodiscard]] const std::string& name() const noexcept { return name_; }
+    [[nodiscard]] int driver_version() const noexcept { return api_.version; }
+    [[nodiscard]] bool in_worker() const { return io_.get_executor().running_in_this_thread(); }
+
+    [[nodiscard]] cuda_device::counters stats() const
+    {
+        return {reads_completed_.load(), reads_failed_.load(), reads_cancelled_.load(),
+                bytes_read_.load(),      pieces_.load(),       completions_.load(),
+                staged_.load(),          unstaged_.load(),     uploads_.load(),
+                bytes_uploaded_.load()};
+    }
+
+    [[nodiscard]] storage_pool::statistics record_pool_stats() const
+    {
+        return record_pool_ ? record_pool_->stats() : storage_pool::statistics{};
+    }
+
+    // Any thread.
+    void submit(std::shared_ptr<const cuda_tensor_desc> tensor, boost::asio::any_io_executor work,
+                cuda_read_handler handler)
+    {
+        auto slot = boost::asio::get_associated_cancellation_slot(handler);
+        auto op = std::make_shared<cuda_read_op>(std::move(tensor), std::move(work),
+                                                 std::move(handler));
+        if (slot.is_connected()) {
+            // On the reader's thread; the worker does the cancelling. The device outlives
+            // every read it was given (its destructor drains them), so `this` is safe.
+            slot.assign([this, weak_op = std::weak_ptr<cuda_read_op>(op)](
+                            boost::asio::cancellation_type) {
+                if (auto target = weak_op.lock()) {
+                    boost::asio::post(io_, [this, target] { cancel(target); });
+                }
+            });
+        }
+        boost::asio::post(io_, [this, op] { start(op); });
+    }
+
+    // Any thread but the worker: device memory filled from `bytes` through the staging ring.
+    result<cuda_tensor_desc> upload(std::span<const std::uint8_t> bytes, shape dims, dtype type)
+    {
+        if (in_worker()) {
+            return error{errc::device_unavailable,
+                         "cuda device " + std::to_string(ordinal()) +
+                             ": uploads cannot run on the device's worker, which they wait for"};
+        }
+        BOOST_OUTCOME_TRY(context_->make_current());
+        CUdeviceptr address = 0;
+        BOOST_OUTCOME_TRY(context_->check(api_.cuMemAlloc(&address, std::max<std::size_t>(
+                                                                        bytes.size(), 1)),
+                                          errc::allocation_too_large,
+                                          "cuMemAlloc of " + std::to_string(bytes.size()) +
+                                              " bytes"));
+        auto memory = std::make_shared<const device_allocation>(context_, address);
+        const std::size_t piece = piece_bytes();
+        for (std::size_t done = 0; done < bytes.size(); done += piece) {
+            const std::size_t size = std::min(piece, bytes.size() - done);
+            std::size_t offset = 0;
+            {
+                std::unique_lock lock{ring_mutex_};
+                ring_space_.wait(lock, [&] {
+                    const auto at = ring_.allocate(size);
+                    offset = at.value_or(0);
+                    return at.has_value();
+                });
+            }
+            std::memcpy(staging_memory_ + offset, bytes.data() + done, size);
+            auto copied = context_->check(api_.cuMemcpyHtoDAsync(address + done,
+                                                                 staging_memory_ + offset, size,
+                                                                 upload_stream_),
+                                          errc::read_failed,
+                                          "cuMemcpyHtoDAsync of " + std::to_string(size) +
+                                              " bytes");
+            auto landing = std::make_unique<batch>();
+            landing->owner = this;
+            landing->pieces.push_back({nullptr, size, offset, 0});
+            if (!copied) {
+                release_now(std::move(landing));
+                return std::move(copied).error();
+            }
+            launch_landing(upload_stream_, std::move(landing));
+        }
+        uploads_.fetch_add(1);
+        bytes_uploaded_.fetch_add(bytes.size());
+        cuda_tensor_desc desc;
+        desc.address = address;
+        desc.bytes = bytes.size();
+        desc.dims = std::move(dims);
+        desc.type = type;
+        desc.producer = upload_stream_;
+        desc.keep_alive = std::move(memory);
+        return desc;
+    }
+
+    result<void> order_after_uploads(cuda_stream stream)
+    {
+        BOOST_OUTCOME_TRY(context_->make_current());
+        const std::lock_guard lock{upload_event_mutex_};
+        BOOST_OUTCOME_TRY(context_->check(api_.cuEventRecord(upload_event_, upload_stream_),
+                                          errc::read_failed, "cuEventRecord"));
+        return context_->check(
+            api_.cuStreamWaitEvent(static_cast<CUstream>(stream), upload_event_, 0),
+            errc::read_failed, "cuStreamWaitEvent");
+    }
+
+    // Any thread: copies the borrowed tensors among `tensors` into the device staging buffer
+    // after their producers' work so far, and orders the producers after the copies.
+    result<void> stage(std::span<std::shared_ptr<const cuda_tensor_desc>* const> tensors)
+    {
+        if (!device_staging_) {
+            return success();
+        }
+        BOOST_OUTCOME_TRY(context_->make_current());
+        const std::lock_guard lock{device_staging_->mutex};
+        std::vector<CUstream> producers;
+        for (const auto* tensor : tensors) {
+            if (!(*tensor)->borrowed) {
+                continue;
+            }
+            const auto producer = static_cast<CUstream>((*tensor)->producer);
+            if (std::find(producers.begin(), producers.end(), producer) == producers.end()) {
+                producers.push_back(producer);
+                BOOST_OUTCOME_TRY(context_->check(api_.cuEventRecord(stage_begin_event_, producer),
+                                                  errc::read_failed, "cuEventRecord"));
+                BOOST_OUTCOME_TRY(context_->check(
+                    api_.cuStreamWaitEvent(staging_stream_, stage_begin_event_, 0),
+                    errc::read_failed, "cuStreamWaitEvent"));
+            }
+        }
+        for (auto* tensor : tensors) {
+            if (!(*tensor)->borrowed) {
+                continue;
+            }
+            const cuda_tensor_desc& source = **tensor;
+            const auto at =
+                device_staging_->ring().allocate(round_up(std::max<std::size_t>(source.bytes, 1),
+                                                          device_alignment));
+            if (!at) {
+                unstaged_.fetch_add(1);
+                continue;
+            }
+            const CUdeviceptr copy = device_staging_->base() + *at;
+            const CUresult status =
+                api_.cuMemcpyDtoDAsync(copy, source.address, source.bytes, staging_stream_);
+            if (status != cuda_success) {
+                device_staging_->ring().release(*at);
+                return driver_error(api_, errc::read_failed,
+                                    "cuda device " + std::to_string(ordinal()) +
+                                        ": cuMemcpyDtoDAsync of " + std::to_string(source.bytes) +
+                                        " bytes into device staging",
+                                    status);
+            }
+            // Released when the staged copy's last handle goes, after its read has landed.
+            auto lease = std::make_shared<const staging_lease>(device_staging_, *at);
+            auto staged = std::make_shared<cuda_tensor_desc>(source);
+            staged->address = copy;
+            staged->producer = staging_stream_;
+            staged->borrowed = false;
+            staged->keep_alive = std::move(lease);
+            *tensor = std::move(staged);
+            staged_.fetch_add(1);
+        }
+        BOOST_OUTCOME_TRY(context_->check(api_.cuEventRecord(stage_end_event_, staging_stream_),
+                                          errc::read_failed, "cuEventRecord"));
+        for (CUstream producer : producers) {
+            BOOST_OUTCOME_TRY(
+                context_->check(api_.cuStreamWaitEvent(producer, stage_end_event_, 0),
+                                errc::read_failed, "cuStreamWaitEvent"));
+        }
+        return success();
+    }
+
+    // Any thread: runs of adjacent small tensors among `tensors`, in their order, each run read
+    // by one copy into one pinned buffer (slices of one flat gradient buffer cost one copy).
+    result<void> group_runs(std::span<std::shared_ptr<const cuda_tensor_desc>* const> tensors)
+    {
+        constexpr std::size_t small = 64 * 1024;
+        if (!options_.pinned_records) {
+            return success();
+        }
+        BOOST_OUTCOME_TRY(context_->make_current());
+        for (std::size_t i = 0; i < tensors.size();) {
+            const cuda_tensor_desc& first = **tensors[i];
+            std::size_t end = i + 1;
+            std::size_t bytes = first.bytes;
+            CUdeviceptr allocation = 0;
+            std::size_t allocation_bytes = 0; // looked up once a second tensor is adjacent
+            while (first.bytes > 0 && first.bytes <= small && end < tensors.size()) {
+                const cuda_tensor_desc& next = **tensors[end];
+                if (next.bytes == 0 || next.bytes > small || next.producer != first.producer ||
+                    next.address != first.address + bytes || bytes + next.bytes > piece_bytes()) {
+                    break;
+                }
+                // One copy may not span two allocations, however adjacent their addresses.
+                if (allocation_bytes == 0 &&
+                    api_.cuMemGetAddressRange(&allocation, &allocation_bytes, first.address) !=
+                        cuda_success) {
+                    break;
+                }
+                if (next.address + next.bytes > allocation + allocation_bytes) {
+                    break;
+                }
+                bytes += next.bytes;
+                ++end;
+            }
+            if (end - i > 1) {
+                auto run = std::make_shared<cuda_run>();
+                run->address = first.address;
+                run->bytes = bytes;
+                run->tensors = end - i;
+                run->producer = first.producer;
+                std::size_t offset = 0;
+                for (std::size_t k = i; k < end; ++k) {
+                    auto member = std::make_shared<cuda_tensor_desc>(**tensors[k]);
+                    member->run = run;
+                    member->run_offset = offset;
+                    offset += member->bytes;
+                    *tensors[k] = std::move(member);
+                }
+            }
+            i = end;
+        }
+        return success();
+    }
+
+private:
+    struct batch {
+        cuda_device_state* owner = nullptr;
+        std::vector<cuda_piece> pieces;
+    };
+
+    std::size_t piece_bytes() const
+    {
+        return std::clamp<std::size_t>(options_.piece_bytes, 1, ring_.capacity());
+    }
+
+    // Driver thread: the only thing it does is post the batch back to the worker.
+    static void on_landed(void* user_data)
+    {
+        auto* landing = static_cast<batch*>(user_data);
+        boost::asio::post(landing->owner->io_, [landing] {
+            landing->owner->landed(std::unique_ptr<batch>(landing));
+        });
+    }
+
+    // Any thread: a host function reports `landing` once the stream's copies so far are done.
+    void launch_landing(CUstream stream, std::unique_ptr<batch> landing)
+    {
+        batches_in_flight_.fetch_add(1);
+        if (api_.cuLaunchHostFunc(stream, &on_landed, landing.get()) == cuda_success) {
+            landing.release(); // on_landed owns it now
+            return;
+        }
+        // No host function: the only way left to know the copies are done is to wait.
+        api_.cuStreamSynchronize(stream);
+        batch* raw = landing.release();
+        boost::asio::post(io_, [raw] { raw->owner->landed(std::unique_ptr<batch>(raw)); });
+    }
+
+    // Staging pieces whose copies were never queued.
+    void release_now(std::unique_ptr<batch> landing)
+    {
+        const std::lock_guard lock{ring_mutex_};
+        for (const cuda_piece& piece : landing->pieces) {
+            if (piece.staging_offset) {
+                ring_.release(*piece.staging_offset);
+            }
+        }
+        ring_space_.notify_all();
+    }
+
+    // Worker thread from here on.
+    void start(const std::shared_ptr<cuda_read_op>& op)
+    {
+        if (shutting_down_ || op->stopped) {
+            finish(op, cancelled_read());
+            return;
+        }
+        waiting_.push_back(op);
+        // Reads submitted together are issued together: one producer wait, one host function.
+        if (!pump_posted_) {
+            pump_posted_ = true;
+            boost::asio::post(io_, [this] {
+                pump_posted_ = false;
+                pump();
+            });
+        }
+    }
+
+    void cancel(const std::shared_ptr<cuda_read_op>& op)
+    {
+        if (op->done || op->stopped) {
+            return;
+        }
+        op->stopped = true;
+        std::erase(waiting_, op);
+        if (op->landed == op->issued) {
+            finish(op, cancelled_read());
+        }
+    }
+
+    // Queues pieces while the copy stream has room, then one host function for all of them.
+    void pump()
+    {
+        auto landing = std::make_unique<batch>();
+        landing->owner = this;
+        std::size_t landing_bytes = 0;
+        std::vector<CUstream> waited;
+        while (!waiting_.empty() && !shutting_down_) {
+            const auto op = waiting_.front();
+            const cuda_tensor_desc& tensor = *op->tensor;
+            if (tensor.run) {
+                if (!tensor.run->issued && queued_bytes_ > 0 &&
+                    queued_bytes_ + tensor.run->bytes > ring_.capacity()) {
+                    break;
+                }
+                waiting_.pop_front();
+                landing_bytes += join_run(op, waited, *landing);
+                continue;
+            }
+            if (!op->started) {
+                if (auto begun = begin_read(*op, waited); !begun) {
+                    waiting_.pop_front();
+                    op->stopped = true;
+                    finish(op, std::move(begun).error());
+                    continue;
+                }
+                if (tensor.bytes == 0) {
+                    waiting_.pop_front();
+                    finish(op, std::nullopt);
+                    continue;
+                }
+            }
+            const std::size_t size = std::min(piece_bytes(), tensor.bytes - op->issued);
+            if (queued_bytes_ > 0 && queued_bytes_ + size > ring_.capacity()) {
+                break; // the stream has enough queued; more once a batch lands
+            }
+            // Straight into a pinned record, or through the pinned ring into a plain one.
+            std::optional<std::size_t> staging;
+            std::uint8_t* target = nullptr;
+            if (options_.pinned_records) {
+                target = op->destination.writable_data() + op->issued;
+            } else {
+                const std::lock_guard lock{ring_mutex_};
+                staging = ring_.allocate(size);
+                if (!staging) {
+                    break;
+                }
+                target = staging_memory_ + *staging;
+            }
+            const CUresult status = api_.cuMemcpyDtoHAsync(target, tensor.address + op->issued,
+                                                           size, copy_stream_);
+            if (status != cuda_success) {
+                if (staging) {
+                    const std::lock_guard lock{ring_mutex_};
+                    ring_.release(*staging);
+                }
+                waiting_.pop_front();
+                op->stopped = true;
+                op->failure = driver_error(api_, errc::read_failed,
+                                           "cuda device " + std::to_string(ordinal()) +
+                                               ": cuMemcpyDtoHAsync of " + std::to_string(size) +
+                                               " bytes at offset " + std::to_string(op->issued),
+                                           status);
+                if (op->landed == op->issued) {
+                    finish(op, *op->failure);
+                }
+                continue;
+            }
+            pieces_.fetch_add(1);
+            landing->pieces.push_back({op, size, staging, op->issued});
+            landing_bytes += size;
+            op->issued += size;
+            queued_bytes_ += size;
+            if (op->issued == tensor.bytes) {
+                waiting_.pop_front();
+            }
+            // Large pieces report their landing each, so the stream is refilled while busy;
+            // small ones share a host function.
+            if (landing_bytes >= piece_bytes() / 2) {
+                launch_read_landing(std::move(landing));
+                landing = std::make_unique<batch>();
+                landing->owner = this;
+                landing_bytes = 0;
+            }
+        }
+        if (!landing->pieces.empty()) {
+            launch_read_landing(std::move(landing));
+        }
+    }
+
+    // The copy stream must not wait for host functions (each would stall it for a round trip
+    // to the host), so they run on a stream of their own, after an event on the copy stream.
+    void launch_read_landing(std::unique_ptr<batch> landing)
+    {
+        if (api_.cuEventRecord(landing_event_, copy_stream_) == cuda_success &&
+            api_.cuStreamWaitEvent(notify_stream_, landing_event_, 0) == cuda_success) {
+            launch_landing(notify_stream_, std::move(landing));
+        } else {
+            launch_landing(copy_stream_, std::move(landing));
+        }
+    }
+
+    // A read whose tensor is part of a run (see `cuda_run`): the first read of the run issues
+    // its one copy; each read completes with its slice once that copy has landed. Returns the
+    // bytes queued.
+    std::size_t join_run(const std::shared_ptr<cuda_read_op>& op, std::vector<CUstream>& waited,
+                         batch& landing)
+    {
+        op->started = true;
+        const auto run = op->tensor->run;
+        std::size_t queued = 0;
+        if (!run->issued) {
+            run->issued = true;
+            queued = issue_run(*run, waited);
+            if (queued > 0) {
+                landing.pieces.push_back({nullptr, run->bytes, std::nullopt, 0, run});
+            }
+        }
+        if (run->landed || run->failure) {
+            complete_from_run(op, *run);
+        } else {
+            run->waiting.push_back(op);
+        }
+        return queued;
+    }
+
+    std::size_t issue_run(cuda_run& run, std::vector<CUstream>& waited)
+    {
+        auto buffer = record_pool_->acquire(run.bytes);
+        if (!buffer) {
+            run.failure = buffer.error();
+            return 0;
+        }
+        if (auto waits = wait_for_producer(run.producer, waited); !waits) {
+            run.failure = waits.error();
+            return 0;
+        }
+        const CUresult status = api_.cuMemcpyDtoHAsync(buffer.value().writable_data(),
+                                                       run.address, run.bytes, copy_stream_);
+        if (status != cuda_success) {
+            run.failure = driver_error(api_, errc::read_failed,
+                                       "cuda device " + std::to_string(ordinal()) +
+                                           ": cuMemcpyDtoHAsync of " + std::to_string(run.bytes) +
+                                           " bytes of " + std::to_string(run.tensors) +
+                                           " small tensors",
+                                       status);
+            return 0;
+        }
+        pieces_.fetch_add(1);
+        run.buffer = std::move(buffer).value();
+        queued_bytes_ += run.bytes;
+        return run.bytes;
+    }
+
+    void complete_from_run(const std::shared_ptr<cuda_read_op>& op, const cuda_run& run)
+    {
+        if (run.failure) {
+            finish(op, *run.failure);
+            return;
+        }
+        op->destination = run.buffer.slice(op->tensor->run_offset, op->tensor->bytes);
+        finish(op, op->stopped ? std::optional<error>{cancelled_read()} : std::nullopt);
+    }
+
+    // The destination buffer, and the copy stream made to wait for the producer's work so far
+    // (once per producer and batch).
+    result<void> begin_read(cuda_read_op& op, std::vector<CUstream>& waited)
+    {
+        op.started = true;
+        if (!worker_has_context_) {
+            return error{errc::device_unavailable, "cuda device " + std::to_string(ordinal()) +
+                                                       ": the worker has no context"};
+        }
+        const std::size_t size = op.tensor->bytes;
+        if (record_pool_) {
+            BOOST_OUTCOME_TRY(op.destination, record_pool_->acquire(size));
+        } else {
+            BOOST_OUTCOME_TRY(op.destination, storage::try_allocate(size));
+        }
+        return wait_for_producer(op.tensor->producer, waited);
+    }
+
+    // The copy stream made to wait for the work queued on `stream` so far.
+    result<void> wait_for_producer(cuda_stream stream, std::vector<CUstream>& waited)
+    {
+        const auto producer = static_cast<CUstream>(stream);
+        if (std::find(waited.begin(), waited.end(), producer) == waited.end()) {
+            waited.push_back(producer);
+            BOOST_OUTCOME_TRY(context_->check(api_.cuEventRecord(read_event_, producer),
+                                              errc::read_failed, "cuEventRecord"));
+            BOOST_OUTCOME_TRY(context_->check(api_.cuStreamWaitEvent(copy_stream_, read_event_, 0),
+                                              errc::read_failed, "cuStreamWaitEvent"));
+        }
+        return success();
+    }
+
+    void landed(std::unique_ptr<batch> landing)
+    {
+        completions_.fetch_add(1);
+        bool released = false;
+        for (cuda_piece& piece : landing->pieces) {
+            if (piece.staging_offset) {
+                if (piece.read && !piece.read->stopped) {
+                    std::memcpy(piece.read->destination.writable_data() + piece.destination_offset,
+                                staging_memory_ + *piece.staging_offset, piece.bytes);
+                }
+                const std::lock_guard lock{ring_mutex_};
+                ring_.release(*piece.staging_offset);
+                released = true;
+            }
+            if (piece.run) {
+                piece.run->landed = true;
+                queued_bytes_ -= piece.bytes;
+                for (const auto& waiter : piece.run->waiting) {
+                    complete_from_run(waiter, *piece.run);
+                }
+                piece.run->waiting.clear();
+                continue;
+            }
+            if (!piece.read) {
+                continue;
+            }
+            cuda_read_op& op = *piece.read;
+            op.landed += piece.bytes;
+            queued_bytes_ -= piece.bytes;
+            if (op.landed == op.issued && (op.stopped || op.issued == op.tensor->bytes)) {
+                if (op.failure) {
+                    finish(piece.read, *op.failure);
+                } else if (op.stopped) {
+                    finish(piece.read, cancelled_read());
+                } else {
+                    finish(piece.read, std::nullopt);
+                }
+            }
+        }
+        if (released) {
+            ring_space_.notify_all();
+        }
+        landing.reset();
+        if (batches_in_flight_.fetch_sub(1) == 1 && shutting_down_) {
+            work_.reset();
+        }
+        pump();
+    }
+
+    // Completes `op` exactly once: with its bytes, or with `failure`.
+    void finish(const std::shared_ptr<cuda_read_op>& op, std::optional<error> failure)
+    {
+        if (op->done) {
+            return;
+        }
+        op->done = true;
+        result<storage> outcome = std::move(op->destination);
+        if (failure) {
+            if (*failure == errc::cancelled) {
+                reads_cancelled_.fetch_add(1);
+            } else {
+                reads_failed_.fetch_add(1);
+            }
+            outcome = std::move(*failure);
+        } else {
+            reads_completed_.fetch_add(1);
+            bytes_read_.fetch_add(op->tensor->bytes);
+        }
+        op->tensor.reset();
+        post_completion(std::move(op->work), std::move(op->handler), std::move(outcome));
+    }
+
+    void shut_down()
+    {
+        shutting_down_ = true;
+        while (!waiting_.empty()) {
+            const auto op = waiting_.front();
+            waiting_.pop_front();
+            op->stopped = true;
+            if (op->landed == op->issued) {
+                finish(op, cancelled_read());
+            }
+        }
+        if (batches_in_flight_.load() == 0) {
+            work_.reset();
+        }
+    }
+
+    const driver& api_;
+    std::shared_ptr<const cuda_context> context_;
+    cuda_device::options options_;
+    std::string name_;
+
+    CUstream copy_stream_ = nullptr;    // reads
+    CUstream notify_stream_ = nullptr;  // the host functions of reads
+    CUstream upload_stream_ = nullptr;  // uploads
+    CUstream staging_stream_ = nullptr; // device staging
+    CUevent read_event_ = nullptr;      // worker only, as is the next
+    CUevent landing_event_ = nullptr;
+    CUevent upload_event_ = nullptr;    // under upload_event_mutex_
+    CUevent stage_begin_event_ = nullptr;
+    CUevent stage_end_event_ = nullptr; // both under the device staging lock
+    std::mutex upload_event_mutex_;
+
+    std::uint8_t* staging_memory_ = nullptr;
+    std::mutex ring_mutex_;
+    std::condition_variable ring_space_;
+    staging_ring ring_;
+    std::shared_ptr<device_staging> device_staging_;
+    std::shared_ptr<storage_pool> record_pool_;
+
+    std::deque<std::shared_ptr<cuda_read_op>> waiting_; // worker only, as are the two below
+    std::size_t queued_bytes_ = 0;
+    bool shutting_down_ = false;
+    bool pump_posted_ = false;
+    bool worker_has_context_ = true;
+    std::atomic<std::size_t> batches_in_flight_{0};
+
+    std::atomic<std::uint64_t> reads_completed_{0};
+    std::atomic<std::uint64_t> reads_failed_{0};
+    std::atomic<std::uint64_t> reads_cancelled_{0};
+    std::atomic<std::uint64_t> bytes_read_{0};
+    std::atomic<std::uint64_t> pieces_{0};
+    std::atomic<std::uint64_t> completions_{0};
+    std::atomic<std::uint64_t> staged_{0};
+    std::atomic<std::uint64_t> unstaged_{0};
+    std::atomic<std::uint64_t> uploads_{0};
+    std::atomic<std::uint64_t> bytes_uploaded_{0};
+
+    mutable boost::asio::io_context io_{1};
+    boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+    std::thread worker_; // started last, by create()
+};
+
+void submit_cuda_read(std::shared_ptr<const cuda_tensor_desc> tensor,
+                      boost::asio::any_io_executor work, cuda_read_handler handler)
+{
+    if (auto device = tensor->device.lock()) {
+        device->submit(std::move(tensor), std::move(work), std::move(handler));
+        return;
+    }
+    post_completion(std::move(work), std::move(handler),
+                    result<storage>{error{errc::cancelled, "cuda backend: the device is gone"}});
+}
+
+result<std::shared_ptr<const cuda_tensor_desc>>
+upload_to_cuda(const cuda_device& device, std::span<const std::uint8_t> bytes, shape dims,
+               dtype type)
+{
+    if (!device.state()) {
+        return error{errc::device_unavailable, "cuda backend: the device is gone"};
+    }
+    BOOST_OUTCOME_TRY(auto desc, device.state()->upload(bytes, std::move(dims), type));
+    desc.device = device.weak_state();
+    return std::make_shared<const cuda_tensor_desc>(std::move(desc));
+}
+
+result<void> prepare_cuda_snapshot(std::span<std::shared_ptr<const cuda_tensor_desc>* const> tensors)
+{
+    // Grouped by device, in the order the devices first appear.
+    std::vector<std::pair<std::shared_ptr<cuda_device_state>,
+                          std::vector<std::shared_ptr<const cuda_tensor_desc>*>>>
+        by_device;
+    for (auto* tensor : tensors) {
+        auto device = (*tensor)->device.lock();
+        if (!device) {
+            continue; // its read will say the device is gone
+        }
+        auto group = std::find_if(by_device.begin(), by_device.end(),
+                                  [&](const auto& g) { return g.first == device; });
+        if (group == by_device.end()) {
+            by_device.push_back({device, {}});
+            group = std::prev(by_device.end());
+        }
+        group->second.push_back(tensor);
+    }
+    for (auto& [device, members] : by_device) {
+        BOOST_OUTCOME_TRY(device->stage(members));
+        BOOST_OUTCOME_TRY(device->group_runs(members));
+    }
+    return success();
+}
+
+} // namespace detail
+
+result<cuda_device> cuda_device::open(options opts)
+{
+    using namespace detail::cuda;
+    BOOST_OUTCOME_TRY(const driver* api, open_driver(opts.driver_library));
+    const auto where = "cuda device " + std::to_string(opts.ordinal);
+    int count = 0;
+    if (const CUresult status = api->cuDeviceGetCount(&count); status != cuda_success) {
+        return driver_error(*api, errc::device_unavailable, where + ": cuDeviceGetCount", status);
+    }
+    if (opts.ordinal < 0 || opts.ordinal >= count) {
+        return error{errc::device_unavailable,
+                     where + ": the driver sees " + std::to_string(count) + " device(s)"};
+    }
+    CUdevice device = 0;
+    if (const CUresult status = api->cuDeviceGet(&device, opts.ordinal); status != cuda_success) {
+        return driver_error(*api, errc::device_unavailable, where + ": cuDeviceGet", status);
+    }
+    std::array<char, 256> name{};
+    if (api->cuDeviceGetName(name.data(), static_cast<int>(name.size()), device) != cuda_success) {
+        name[0] = '\0';
+    }
+    CUcontext context = nullptr;
+    if (const CUresult status = api->cuDevicePrimaryCtxRetain(&context, device);
+        status != cuda_success) {
+        return driver_error(*api, errc::device_unavailable, where + ": cuDevicePrimaryCtxRetain",
+                            status);
+    }
+    auto shared_context =
+        std::make_shared<const detail::cuda_context>(*api, device, context, opts.ordinal);
+    opts.staging_bytes = std::max(opts.staging_bytes, detail::page_size());
+    auto state = std::make_shared<detail::cuda_device_state>(*api, std::move(shared_context),
+                                                             std::move(opts),
+                                                             std::string{name.data()});
+    BOOST_OUTCOME_TRY(state->create());
+    return cuda_device{std::move(state)};
+}
+
+const cuda_device::options& cuda_device::get_options() const { return state_->get_options(); }
+int cuda_device::ordinal() const { return state_->ordinal(); }
+const std::string& cuda_device::name() const { return state_->name(); }
+int cuda_device::driver_version() const { return state_->driver_version(); }
+cuda_device::counters cuda_device::stats() const { return state_ ? state_->stats() : counters{}; }
+
+storage_pool::statistics cuda_device::record_pool_stats() const
+{
+    return state_ ? state_->record_pool_stats() : storage_pool::statistics{};
+}
+
+result<void> cuda_device::order_after_uploads(cuda_stream stream) const
+{
+    if (!state_) {
+        return error{errc::device_unavailable, "cuda backend: the device is gone"};
+    }
+    return state_->order_after_uploads(stream);
+}
+
+bool cuda_device::running_in_worker_thread() const { return state_ && state_->in_worker(); }
+
+} // namespace ruda
