@@ -282,7 +282,7 @@ struct cuda_piece {
     std::shared_ptr<cuda_run> run{}; // the run this copy serves
 };
 
-class cuda_device_state {
+class cuda_device_state : public std::enable_shared_from_this<cuda_device_state> {
 public:
     cuda_device_state(const driver& api, std::shared_ptr<const cuda_context> context,
                       cuda_device::options opts, std::string name)
@@ -361,6 +361,9 @@ public:
             boost::asio::post(io_, [this] { shut_down(); });
             worker_.join();
         }
+        while (callbacks_inside_.load() != 0) {
+            std::this_thread::yield(); // a host function returning from its post
+        }
         if (!context_->make_current()) {
             return;
         }
@@ -409,12 +412,13 @@ public:
         auto op = std::make_shared<cuda_read_op>(std::move(tensor), std::move(work),
                                                  std::move(handler));
         if (slot.is_connected()) {
-            // On the reader's thread; the worker does the cancelling. The device outlives
-            // every read it was given (its destructor drains them), so `this` is safe.
-            slot.assign([this, weak_op = std::weak_ptr<cuda_read_op>(op)](
+            // On the reader's thread; the worker does the cancelling. A cancel that comes after
+            // the device is gone finds nothing to do.
+            slot.assign([device = weak_from_this(), weak_op = std::weak_ptr<cuda_read_op>(op)](
                             boost::asio::cancellation_type) {
-                if (auto target = weak_op.lock()) {
-                    boost::asio::post(io_, [this, target] { cancel(target); });
+                const auto target = weak_op.lock();
+                if (const auto self = device.lock(); self && target) {
+                    boost::asio::post(self->io_, [raw = self.get(), target] { raw->cancel(target); });
                 }
             });
         }
@@ -619,13 +623,18 @@ private:
         return std::clamp<std::size_t>(options_.piece_bytes, 1, ring_.capacity());
     }
 
-    // Driver thread: the only thing it does is post the batch back to the worker.
+    // Driver thread: the only thing it does is post the batch back to the worker. The worker
+    // may handle it, run out of work and end before post() has returned here, so the device
+    // counts the callbacks still inside and its destructor waits for none to be left.
     static void on_landed(void* user_data)
     {
         auto* landing = static_cast<batch*>(user_data);
-        boost::asio::post(landing->owner->io_, [landing] {
+        cuda_device_state* owner = landing->owner;
+        owner->callbacks_inside_.fetch_add(1);
+        boost::asio::post(owner->io_, [landing] {
             landing->owner->landed(std::unique_ptr<batch>(landing));
         });
+        owner->callbacks_inside_.fetch_sub(1); // the last touch of the device
     }
 
     // Any thread: a host function reports `landing` once the stream's copies so far are done.
@@ -997,6 +1006,7 @@ private:
     bool pump_posted_ = false;
     bool worker_has_context_ = true;
     std::atomic<std::size_t> batches_in_flight_{0};
+    std::atomic<int> callbacks_inside_{0}; // host functions inside on_landed
 
     std::atomic<std::uint64_t> reads_completed_{0};
     std::atomic<std::uint64_t> reads_failed_{0};
