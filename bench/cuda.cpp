@@ -79,12 +79,25 @@ struct raw {
         check(api.cuEventCreate(&begin, drv::event_default), "cuEventCreate");
         check(api.cuEventCreate(&end, drv::event_default), "cuEventCreate");
     }
-    ~raw() { api.cuDevicePrimaryCtxRelease(0); }
+    ~raw()
+    {
+        api.cuCtxSetCurrent(context);
+        for (const drv::CUdeviceptr p : allocations) {
+            api.cuMemFree(p);
+        }
+        api.cuEventDestroy(begin);
+        api.cuEventDestroy(end);
+        api.cuStreamDestroy(stream);
+        api.cuDevicePrimaryCtxRelease(0);
+    }
+    raw(const raw&) = delete;
+    raw& operator=(const raw&) = delete;
 
     drv::CUdeviceptr alloc(std::size_t bytes)
     {
         drv::CUdeviceptr p = 0;
         check(api.cuMemAlloc(&p, bytes), "cuMemAlloc");
+        allocations.push_back(p);
         return p;
     }
     void sync() { check(api.cuStreamSynchronize(stream), "cuStreamSynchronize"); }
@@ -98,6 +111,7 @@ struct raw {
     }
 
     const drv::driver& api;
+    std::vector<drv::CUdeviceptr> allocations;
     drv::CUcontext context = nullptr;
     drv::CUstream stream = nullptr;
     drv::CUevent begin = nullptr;

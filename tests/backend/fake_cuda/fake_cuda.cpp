@@ -180,7 +180,9 @@ void enqueue_copy(void* s, void* to, const void* from, std::size_t bytes)
             std::unique_lock lock{state_mutex};
             state_changed.wait(lock, [] { return !copies_held; });
         }
-        std::memmove(to, from, bytes);
+        if (bytes != 0) { // an empty host buffer may be null
+            std::memmove(to, from, bytes);
+        }
     });
 }
 
