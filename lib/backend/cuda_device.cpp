@@ -67,13 +67,17 @@ public:
     }
 
     // "cuda device 0: <what>: CUDA_ERROR_… (…)" for a failed call.
+    [[nodiscard]] error failure(CUresult status, errc code, const std::string& what) const
+    {
+        return driver_error(api_, code, "cuda device " + std::to_string(ordinal_) + ": " + what,
+                            status);
+    }
     [[nodiscard]] result<void> check(CUresult status, errc code, const std::string& what) const
     {
         if (status == cuda_success) {
             return success();
         }
-        return driver_error(api_, code, "cuda device " + std::to_string(ordinal_) + ": " + what,
-                            status);
+        return failure(status, code, what);
     }
 
 private:
@@ -143,7 +147,7 @@ public:
                 return std::nullopt;
             }
         }
-        live_.push_back({at, bytes, false});
+        live_.push_back({at, false});
         head_ = at + bytes;
         return at;
     }
@@ -163,7 +167,6 @@ public:
 private:
     struct span {
         std::size_t offset;
-        std::size_t bytes;
         bool released;
     };
     std::size_t capacity_;
@@ -295,15 +298,10 @@ public:
     result<void> create()
     {
         BOOST_OUTCOME_TRY(context_->make_current());
-        BOOST_OUTCOME_TRY(
-            context_->check(api_.cuStreamCreate(&copy_stream_, stream_non_blocking),
-                            errc::device_unavailable, "cuStreamCreate"));
-        BOOST_OUTCOME_TRY(
-            context_->check(api_.cuStreamCreate(&upload_stream_, stream_non_blocking),
-                            errc::device_unavailable, "cuStreamCreate"));
-        BOOST_OUTCOME_TRY(
-            context_->check(api_.cuStreamCreate(&notify_stream_, stream_non_blocking),
-                            errc::device_unavailable, "cuStreamCreate"));
+        for (CUstream* stream : {&copy_stream_, &upload_stream_, &notify_stream_}) {
+            BOOST_OUTCOME_TRY(context_->check(api_.cuStreamCreate(stream, stream_non_blocking),
+                                              errc::device_unavailable, "cuStreamCreate"));
+        }
         for (CUevent* event : {&read_event_, &upload_event_, &landing_event_}) {
             BOOST_OUTCOME_TRY(context_->check(api_.cuEventCreate(event, event_disable_timing),
                                               errc::device_unavailable, "cuEventCreate"));
@@ -533,11 +531,9 @@ public:
                 api_.cuMemcpyDtoDAsync(copy, source.address, source.bytes, staging_stream_);
             if (status != cuda_success) {
                 device_staging_->ring().release(*at);
-                return driver_error(api_, errc::read_failed,
-                                    "cuda device " + std::to_string(ordinal()) +
-                                        ": cuMemcpyDtoDAsync of " + std::to_string(source.bytes) +
-                                        " bytes into device staging",
-                                    status);
+                return context_->failure(status, errc::read_failed,
+                                         "cuMemcpyDtoDAsync of " + std::to_string(source.bytes) +
+                                             " bytes into device staging");
             }
             // Released when the staged copy's last handle goes, after its read has landed.
             auto lease = std::make_shared<const staging_lease>(device_staging_, *at);
@@ -751,11 +747,10 @@ private:
                 }
                 waiting_.pop_front();
                 op->stopped = true;
-                op->failure = driver_error(api_, errc::read_failed,
-                                           "cuda device " + std::to_string(ordinal()) +
-                                               ": cuMemcpyDtoHAsync of " + std::to_string(size) +
-                                               " bytes at offset " + std::to_string(op->issued),
-                                           status);
+                op->failure = context_->failure(status, errc::read_failed,
+                                                "cuMemcpyDtoHAsync of " + std::to_string(size) +
+                                                    " bytes at offset " +
+                                                    std::to_string(op->issued));
                 if (op->landed == op->issued) {
                     finish(op, *op->failure);
                 }
@@ -833,12 +828,10 @@ private:
         const CUresult status = api_.cuMemcpyDtoHAsync(buffer.value().writable_data(),
                                                        run.address, run.bytes, copy_stream_);
         if (status != cuda_success) {
-            run.failure = driver_error(api_, errc::read_failed,
-                                       "cuda device " + std::to_string(ordinal()) +
-                                           ": cuMemcpyDtoHAsync of " + std::to_string(run.bytes) +
-                                           " bytes of " + std::to_string(run.tensors) +
-                                           " small tensors",
-                                       status);
+            run.failure = context_->failure(status, errc::read_failed,
+                                            "cuMemcpyDtoHAsync of " + std::to_string(run.bytes) +
+                                                " bytes of " + std::to_string(run.tensors) +
+                                                " small tensors");
             return 0;
         }
         pieces_.fetch_add(1);
