@@ -2,21 +2,26 @@
 // physical limit measured in the same run, on the same file system:
 //   snapshot (`to_record_async` on cpu_backend)  vs  memcpy of the same bytes into fresh
 //   buffers, and into buffers reused from run to run;
-//   save (temp file, fsync, rename, directory fsync)  vs  raw write() of the same bytes + fsync;
+//   save (temp file, fsync, rename, directory fsync)  vs  raw write() of the same bytes + fsync,
+//   and vs the best of 1, 2, 4 and 8 raw writers, each writing its share of the tensors to a
+//   file of its own and fsyncing it (as `dd conv=fsync` run that many times at once);
 //   load with every checksum verified, the record validated and restored onto cpu_backend  vs
 //   raw read() into a reused buffer + memcpy into fresh buffers (both from the page cache, the
-//   file just written);
+//   file just written), and vs the best of 1, 2, 4 and 8 threads each pread()ing and copying
+//   its share;
+//   ruda's save and load with one writer and one reader, and with --sweep with 2, 4 and 8;
 //   the same load of a file the kernel keeps from changing, which ruda maps instead of reading
 //   (the immutable flag where this process may set it, else a sealed memfd copy of the file);
 //   peak RSS while saving and while loading, each in a child process, against the record size.
 // The default is 64 x 4 MiB f32 gradients (256 MiB); --elements sets a tensor's size in
 // elements instead (100,000 x 16 for the small-tensor case), --dtype bf16 stores them as bf16.
-// Baselines and ruda alternate; figures are medians. --json writes the figures for bench/run.
+// Every variant runs once per repetition, starting at a different one each time; figures are
+// medians. --json writes the figures for bench/run.
 // --check fails when save is under 0.8x, load under 0.7x, or save's peak RSS over record +
 // 32 MiB.
 //
 //   checkpoint [--tensors N] [--mib-per-tensor N | --elements N] [--dtype f32|bf16] [--reps N]
-//              [--dir DIR] [--json PATH] [--check]
+//              [--dir DIR] [--json PATH] [--check] [--sweep]
 #include "bench_util.hpp"
 
 #include <ruda/ruda.hpp>
@@ -29,13 +34,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <thread>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -47,6 +58,9 @@ namespace fs = std::filesystem;
 
 using cpu = ruda::cpu_backend;
 
+// The numbers of parallel writers and readers measured.
+constexpr std::array<unsigned, 4> parallel_counts{1, 2, 4, 8};
+
 struct settings {
     std::size_t tensors = 64;
     std::size_t mib_per_tensor = 4;
@@ -56,6 +70,7 @@ struct settings {
     std::optional<fs::path> dir;
     std::optional<std::string> json;
     bool check = false;
+    bool sweep = false; // ruda's save and load with each number of writers and readers
 
     std::size_t elements_per_tensor() const
     {
@@ -88,6 +103,8 @@ bool parse(int argc, char** argv, settings& s)
             s.json = argv[++i];
         } else if (arg == "--check") {
             s.check = true;
+        } else if (arg == "--sweep") {
+            s.sweep = true;
         } else {
             return false;
         }
@@ -118,17 +135,17 @@ ruda::checkpoint make_checkpoint(std::size_t tensors, std::size_t elements, ruda
     return c;
 }
 
-// The baseline save: the same bytes written with write() in the same chunks, then fsync.
-void raw_write(const fs::path& path, const ruda::checkpoint& c)
+// The baseline save: the bytes of tensors [first, last) written with write() in the same
+// chunks, then fsync.
+void raw_write(const fs::path& path, const ruda::checkpoint& c, std::size_t first, std::size_t last)
 {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         die("open " + path.string());
     }
-    for (const auto& e : c.gradients().entries()) {
-        const auto& bytes = e.data.bytes();
-        std::size_t done = 0;
-        while (done < bytes.size()) {
+    for (std::size_t i = first; i < last; ++i) {
+        const auto& bytes = c.gradients().entries()[i].data.bytes();
+        for (std::size_t done = 0; done < bytes.size();) {
             const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
             if (n <= 0) {
                 die("write");
@@ -166,6 +183,67 @@ std::size_t raw_read(const fs::path& path, std::vector<std::uint8_t>& file, std:
         copies[i].reset(new std::uint8_t[tensor_bytes]);
         std::memcpy(copies[i].get(), file.data() + i * tensor_bytes, tensor_bytes);
     }
+    return copies.back()[1];
+}
+
+// Runs `work(i)` for i in [0, n) on n threads at once.
+template <class Work>
+void on_threads(unsigned n, Work work)
+{
+    std::vector<std::thread> threads;
+    for (unsigned i = 0; i < n; ++i) {
+        threads.emplace_back(work, i);
+    }
+    for (auto& t : threads) {
+        t.join();
+    }
+}
+
+// The tensors [first, last) of share `i` of `n`.
+std::pair<std::size_t, std::size_t> share(std::size_t tensors, unsigned i, unsigned n)
+{
+    return {tensors * i / n, tensors * (i + 1) / n};
+}
+
+// The disk's parallel limit for a save: the same bytes in `writers` shares of whole tensors,
+// each written by its own thread to its own file with write() and then fsync, as `dd
+// conv=fsync` run `writers` times at once.
+void raw_parallel_write(const fs::path& dir, const ruda::checkpoint& c, unsigned writers)
+{
+    on_threads(writers, [&](unsigned w) {
+        const auto [first, last] = share(c.gradients().entries().size(), w, writers);
+        raw_write(dir / ("raw-" + std::to_string(w) + ".bin"), c, first, last);
+    });
+}
+
+// The parallel limit for a load: `readers` threads, each pread()ing its share of the tensors
+// of the raw file into the reused buffer and copying them into fresh buffers.
+std::size_t raw_parallel_read(const fs::path& path, std::vector<std::uint8_t>& file,
+                              std::size_t tensors, std::size_t tensor_bytes, unsigned readers)
+{
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        die("open " + path.string());
+    }
+    file.resize(tensors * tensor_bytes);
+    std::vector<std::unique_ptr<std::uint8_t[]>> copies(tensors);
+    on_threads(readers, [&](unsigned r) {
+        const auto [first, last] = share(tensors, r, readers);
+        const std::size_t begin = first * tensor_bytes;
+        const std::size_t end = last * tensor_bytes;
+        for (std::size_t done = begin; done < end;) {
+            const ssize_t n = ::pread(fd, file.data() + done, end - done, static_cast<off_t>(done));
+            if (n <= 0) {
+                die("read");
+            }
+            done += static_cast<std::size_t>(n);
+        }
+        for (std::size_t i = first; i < last; ++i) {
+            copies[i].reset(new std::uint8_t[tensor_bytes]);
+            std::memcpy(copies[i].get(), file.data() + i * tensor_bytes, tensor_bytes);
+        }
+    });
+    ::close(fd);
     return copies.back()[1];
 }
 
@@ -250,11 +328,12 @@ std::size_t copy_all(const ruda::gradients_params_record& record,
 }
 
 // load_checkpoint_file + from_record<cpu_backend>, timed; the gradients are freed untimed.
-double time_load_and_restore(const fs::path& path, std::size_t& sink)
+double time_load_and_restore(const fs::path& path, std::size_t& sink,
+                             const ruda::checkpoint_load_options& options = {})
 {
     std::optional<ruda::gradients_params> restored;
     const double time = seconds([&] {
-        auto loaded = ruda::load_checkpoint_file(path);
+        auto loaded = ruda::load_checkpoint_file(path, options);
         if (!loaded) {
             std::fprintf(stderr, "load %s: %s\n", path.c_str(), loaded.error().message().c_str());
             std::exit(1);
@@ -327,7 +406,7 @@ int main(int argc, char** argv)
     if (!parse(argc, argv, s)) {
         std::fprintf(stderr,
                      "usage: %s [--tensors N] [--mib-per-tensor N | --elements N] "
-                     "[--dtype f32|bf16] [--reps N] [--dir DIR] [--json PATH] [--check]\n",
+                     "[--dtype f32|bf16] [--reps N] [--dir DIR] [--json PATH] [--check] [--sweep]\n",
                      argv[0]);
         return 2;
     }
@@ -367,31 +446,67 @@ int main(int argc, char** argv)
     std::vector<double> fresh_copy_times;
     std::vector<double> reused_copy_times;
     std::vector<double> snapshot_times;
-    std::vector<double> raw_write_times;
-    std::vector<double> save_times;
-    std::vector<double> raw_read_times;
-    std::vector<double> load_times;
+    std::map<std::string, std::vector<double>> times; // every write and read variant, by name
     std::size_t sink = 0;
     std::vector<std::vector<std::uint8_t>> reused;
     sink += copy_all(contents.gradients(), reused, true); // sized and mapped before timing
     std::vector<std::uint8_t> read_buffer(s.tensors * tensor_bytes, 1);
-    // Each write starts on a quiet disk: the previous file removed and everything synced
-    // (removals and discards included) outside the timing. The order alternates.
-    const auto quiet = [](const fs::path& path) {
-        fs::remove(path);
+    // Each write starts on a quiet disk: the previous files removed and everything synced
+    // (removals and discards included) outside the timing.
+    const auto quiet = [&] {
+        for (const auto& item : fs::directory_iterator(dir)) {
+            fs::remove(item.path());
+        }
         ::sync();
     };
-    const auto time_raw_write = [&] {
-        quiet(raw_path);
-        raw_write_times.push_back(seconds([&] { raw_write(raw_path, contents); }));
-    };
-    const auto time_save = [&] {
-        quiet(saved_path);
-        save_times.push_back(seconds([&] {
-            if (!ruda::save_checkpoint_file(saved_path, contents)) {
+    const auto save_with = [&](unsigned writers) {
+        return [&, writers] {
+            if (!ruda::save_checkpoint_file(saved_path, contents, {.writers = writers})) {
                 die("save");
             }
-        }));
+        };
+    };
+    // The writes: one raw writer, raw parallel writers, ruda's save with the default number of
+    // writers and with one (and, with --sweep, with each number). Reads likewise.
+    std::vector<std::pair<std::string, std::function<void()>>> writes{
+        {"raw_write", [&] { raw_write(raw_path, contents, 0, s.tensors); }},
+        {"save", save_with(ruda::checkpoint_save_options{}.writers)}};
+    std::vector<std::string> reads{"raw_read", "load"};
+    for (const unsigned n : parallel_counts) {
+        if (n == 1) {
+            continue;
+        }
+        writes.emplace_back("raw_write_" + std::to_string(n),
+                            [&, n] { raw_parallel_write(dir, contents, n); });
+        reads.push_back("raw_read_" + std::to_string(n));
+    }
+    for (const unsigned n : parallel_counts) {
+        if (n == 1 || s.sweep) {
+            writes.emplace_back("save_writers_" + std::to_string(n), save_with(n));
+            reads.push_back("load_readers_" + std::to_string(n));
+        }
+    }
+    // The number a read variant's name ends with: its readers (1 for raw_read, the default
+    // for load).
+    const auto count_in = [](const std::string& name) {
+        const auto at = name.rfind('_');
+        return std::isdigit(static_cast<unsigned char>(name.back())) != 0
+                   ? static_cast<unsigned>(std::stoul(name.substr(at + 1)))
+                   : 0U;
+    };
+    const auto time_read = [&](const std::string& name) {
+        const unsigned n = count_in(name);
+        if (name.rfind("raw", 0) == 0) {
+            return seconds([&] {
+                sink += n == 0 ? raw_read(raw_path, read_buffer, s.tensors, tensor_bytes)
+                               : raw_parallel_read(raw_path, read_buffer, s.tensors, tensor_bytes, n);
+            });
+        }
+        ruda::checkpoint_load_options options;
+        if (n != 0) {
+            options.readers = n;
+        }
+        return time_load_and_restore(saved_path, sink, options);
     };
     for (int r = 0; r < s.reps; ++r) {
         {
@@ -407,17 +522,42 @@ int main(int argc, char** argv)
         sink += snapshot->entries().size();
         snapshot.reset();
 
-        if (r % 2 == 0) {
-            time_raw_write();
-            time_save();
-        } else {
-            time_save();
-            time_raw_write();
+        // Every variant once, starting at a different one each repetition. The last write of
+        // a repetition leaves both files the reads need (raw.bin and ruda.ruda) in place.
+        quiet();
+        for (std::size_t k = 0; k < writes.size(); ++k) {
+            const auto& [name, write] = writes[(k + static_cast<std::size_t>(r)) % writes.size()];
+            if (name == "raw_write" || name.rfind("save", 0) == 0) {
+                fs::remove(name == "raw_write" ? raw_path : saved_path);
+            }
+            ::sync();
+            times[name].push_back(seconds(write));
         }
-        raw_read_times.push_back(
-            seconds([&] { sink += raw_read(raw_path, read_buffer, s.tensors, tensor_bytes); }));
-        load_times.push_back(time_load_and_restore(saved_path, sink));
+        for (std::size_t k = 0; k < reads.size(); ++k) {
+            const auto& name = reads[(k + static_cast<std::size_t>(r)) % reads.size()];
+            times[name].push_back(time_read(name));
+        }
     }
+    // The best of one and several raw writers (readers), as the medians of each.
+    const auto best = [&](const std::string& single, const std::string& prefix, unsigned& count) {
+        double fastest = median(times[single]);
+        count = 1;
+        for (const unsigned n : parallel_counts) {
+            if (n > 1 && median(times[prefix + std::to_string(n)]) < fastest) {
+                fastest = median(times[prefix + std::to_string(n)]);
+                count = n;
+            }
+        }
+        return fastest;
+    };
+    unsigned best_writers = 1;
+    unsigned best_readers = 1;
+    const double raw_write_best = best("raw_write", "raw_write_", best_writers);
+    const double raw_read_best = best("raw_read", "raw_read_", best_readers);
+    const auto& raw_write_times = times["raw_write"];
+    const auto& save_times = times["save"];
+    const auto& raw_read_times = times["raw_read"];
+    const auto& load_times = times["load"];
     const double file_bytes = static_cast<double>(fs::file_size(saved_path));
 
     std::vector<double> mapped_load_times;
@@ -452,12 +592,35 @@ int main(int argc, char** argv)
                 median(snapshot_times) * 1e3, gbs(median(snapshot_times)), snapshot_ratio);
     std::printf("| raw write() + fsync (baseline) | %.1f | %.2f | 1.00x |\n",
                 median(raw_write_times) * 1e3, gbs(median(raw_write_times)));
-    std::printf("| save_checkpoint_file (checksums, fsync, rename, dir fsync) | %.1f | %.2f | %.2fx |\n",
-                median(save_times) * 1e3, gbs(median(save_times)), save_ratio);
+    std::printf("| save_checkpoint_file (checksums, fsync, rename, dir fsync; %u writers) | %.1f | %.2f | %.2fx |\n",
+                ruda::checkpoint_save_options{}.writers, median(save_times) * 1e3,
+                gbs(median(save_times)), save_ratio);
+    std::printf("| raw write() + fsync, best of 1, 2, 4, 8 writers (%u) | %.1f | %.2f | %.2fx |\n",
+                best_writers, raw_write_best * 1e3, gbs(raw_write_best),
+                median(raw_write_times) / raw_write_best);
+    const unsigned writers = ruda::checkpoint_save_options{}.writers;
+    const unsigned readers = ruda::checkpoint_load_options{}.readers;
+    for (const unsigned n : parallel_counts) {
+        if (const auto found = times.find("save_writers_" + std::to_string(n)); found != times.end()) {
+            std::printf("| save_checkpoint_file, %u writer%s | %.1f | %.2f | %.2fx |\n", n,
+                        n == 1 ? "" : "s", median(found->second) * 1e3, gbs(median(found->second)),
+                        median(raw_write_times) / median(found->second));
+        }
+    }
     std::printf("| raw read() into a reused buffer + memcpy into fresh buffers (baseline) | %.1f | %.2f | 1.00x |\n",
                 median(raw_read_times) * 1e3, gbs(median(raw_read_times)));
-    std::printf("| load_checkpoint_file + from_record (checksums, validation, restore) | %.1f | %.2f | %.2fx |\n",
-                median(load_times) * 1e3, gbs(median(load_times)), load_ratio);
+    std::printf("| load_checkpoint_file + from_record (checksums, validation, restore; %u readers) | %.1f | %.2f | %.2fx |\n",
+                readers, median(load_times) * 1e3, gbs(median(load_times)), load_ratio);
+    std::printf("| raw pread() + memcpy, best of 1, 2, 4, 8 readers (%u) | %.1f | %.2f | %.2fx |\n",
+                best_readers, raw_read_best * 1e3, gbs(raw_read_best),
+                median(raw_read_times) / raw_read_best);
+    for (const unsigned n : parallel_counts) {
+        if (const auto found = times.find("load_readers_" + std::to_string(n)); found != times.end()) {
+            std::printf("| load + restore, %u reader%s | %.1f | %.2f | %.2fx |\n", n,
+                        n == 1 ? "" : "s", median(found->second) * 1e3, gbs(median(found->second)),
+                        median(raw_read_times) / median(found->second));
+        }
+    }
     std::printf("| the same, mapped (%s) | %.1f | %.2f | %.2fx |\n\n",
                 mapped_immutable ? "immutable file" : "sealed memfd copy",
                 median(mapped_load_times) * 1e3, gbs(median(mapped_load_times)),
@@ -485,6 +648,18 @@ int main(int argc, char** argv)
         f.add("raw_read_s", median(raw_read_times));
         f.add("load_s", median(load_times));
         f.add("load_mapped_s", median(mapped_load_times));
+        f.add("raw_write_best_s", raw_write_best);
+        f.add("raw_write_best_writers", best_writers);
+        f.add("raw_read_best_s", raw_read_best);
+        f.add("raw_read_best_readers", best_readers);
+        f.add("save_writers", writers);
+        f.add("load_readers", readers);
+        for (const auto& [name, values] : times) {
+            if (name.rfind("save_", 0) == 0 || name.rfind("load_", 0) == 0 ||
+                name.rfind("raw_write_", 0) == 0 || name.rfind("raw_read_", 0) == 0) {
+                f.add(name + "_s", median(values));
+            }
+        }
         f.add("load_mapped_immutable", mapped_immutable ? 1 : 0);
         f.add("tensors", static_cast<double>(s.tensors));
         f.add("save_rss_before_mib", save_rss.before_mib);

@@ -3,6 +3,7 @@
 #include <ruda/checkpoint/checkpoint_file.hpp>
 #include <ruda/checkpoint/detail/durable_writer.hpp>
 #include <ruda/checkpoint/detail/frame.hpp>
+#include <ruda/checkpoint/detail/io_jobs.hpp>
 #include <ruda/optim/validate_record.hpp>
 #include <ruda/tensor/detail/mapped_file.hpp>
 #include <ruda/version.hpp>
@@ -13,6 +14,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -38,57 +42,258 @@ std::string payload_name(const checkpoint_section_info& section)
     return "section " + section.name;
 }
 
-// Appends a payload at the next aligned offset; where it went and its checksum. Each piece is
-// hashed right before it is written, while it is still in the CPU's cache.
-result<payload_location> append_payload(detail::durable_writer& writer,
-                                        std::span<const std::uint8_t> bytes)
-{
-    const std::uint64_t offset = detail::align_up(writer.size());
-    BOOST_OUTCOME_TRY(writer.pad_to(offset));
-    detail::running_checksum sum;
-    for (std::size_t done = 0; done < bytes.size();) {
-        const auto piece = bytes.subspan(done, std::min(bytes.size() - done,
-                                                        detail::durable_writer::buffer_size));
-        sum.update(piece);
-        BOOST_OUTCOME_TRY(writer.write(piece));
-        done += piece.size();
+// The bytes of every payload in file order: the entries', then the sections'. Looked up rather
+// than listed, since every allocation of a save costs page faults.
+class payload_bytes {
+public:
+    explicit payload_bytes(const checkpoint& contents)
+        : entries_(contents.gradients().entries()), sections_(contents.sections())
+    {
     }
-    return payload_location{offset, bytes.size(), sum.digest()};
+    [[nodiscard]] std::size_t size() const noexcept { return entries_.size() + sections_.size(); }
+    [[nodiscard]] std::span<const std::uint8_t> operator[](std::size_t k) const noexcept
+    {
+        if (k < entries_.size()) {
+            return entries_[k].data.bytes();
+        }
+        return sections_[k - entries_.size()].bytes;
+    }
+
+private:
+    const std::vector<gradient_entry>& entries_;
+    const std::vector<checkpoint_section>& sections_;
+};
+
+// Payloads under this size are copied into a writer's buffer with their neighbours and written
+// with them; larger ones are written from the record's memory in pieces of `write_piece`.
+constexpr std::size_t gather_size = detail::durable_writer::buffer_size;
+constexpr std::size_t write_piece = detail::durable_writer::writeback_step;
+// Saves and loads of fewer payload bytes use one thread: more would cost more than they save.
+constexpr std::uint64_t parallel_min_bytes = std::uint64_t{16} << 20U;
+
+// One write of a save: payloads [first, last) gathered into a buffer, or bytes
+// [from, from + length) of the large payload `first`.
+struct write_job {
+    static constexpr std::size_t no_split = static_cast<std::size_t>(-1);
+    bool gathered = true;
+    std::size_t first = 0;
+    std::size_t last = 0;
+    std::uint64_t from = 0;
+    std::uint64_t length = 0;
+    std::uint32_t piece = 0;       // its number among the payload's pieces
+    std::size_t split = no_split;  // which payload written in several pieces, if it is one
+};
+
+// A payload written in several pieces by several threads is hashed piece by piece in order:
+// each piece waits for the one before. The pieces are handed out in order and each is hashed
+// as soon as its thread takes it, so a wait is short and always ends.
+class hash_in_order {
+public:
+    explicit hash_in_order(std::size_t payloads) : next_(payloads), sums_(payloads) {}
+
+    void update(std::size_t split, std::uint32_t piece, std::span<const std::uint8_t> bytes)
+    {
+        std::unique_lock lock{mutex_};
+        turn_.wait(lock, [&] { return next_[split] == piece; });
+        lock.unlock();
+        sums_[split].update(bytes); // alone: every other piece of this payload waits
+        lock.lock();
+        ++next_[split];
+        lock.unlock();
+        turn_.notify_all();
+    }
+    [[nodiscard]] std::uint64_t digest(std::size_t split) const { return sums_[split].digest(); }
+
+private:
+    std::mutex mutex_;
+    std::condition_variable turn_;
+    std::vector<std::uint32_t> next_;
+    std::vector<detail::running_checksum> sums_;
+};
+
+// Where each payload goes (aligned, in order, after the preamble; the checksums are filled in
+// as the payloads are written) and the jobs that write them; the header starts right after
+// the last payload.
+struct save_plan {
+    std::vector<payload_location> locations;
+    std::uint64_t header_offset = detail::preamble_size;
+    std::vector<write_job> jobs;
+    std::size_t splits = 0;
+};
+
+save_plan plan_save(const payload_bytes& payloads)
+{
+    save_plan plan;
+    plan.locations.reserve(payloads.size());
+    std::uint64_t cursor = detail::preamble_size;
+    bool gathering = false; // whether the last job may take the next small payload
+    std::uint64_t gather_start = 0; // where that job starts
+    for (std::size_t k = 0; k < payloads.size(); ++k) {
+        const std::uint64_t offset = detail::align_up(cursor);
+        const std::uint64_t length = payloads[k].size();
+        plan.locations.push_back({offset, length, 0});
+        cursor = offset + length;
+        if (length < gather_size) {
+            if (gathering && cursor - gather_start <= gather_size) {
+                plan.jobs.back().last = k + 1;
+            } else {
+                plan.jobs.push_back({.gathered = true, .first = k, .last = k + 1});
+                gathering = true;
+                gather_start = offset;
+            }
+            continue;
+        }
+        gathering = false;
+        const std::uint64_t pieces = (length + write_piece - 1) / write_piece;
+        const std::size_t split = pieces > 1 ? plan.splits++ : write_job::no_split;
+        for (std::uint64_t p = 0; p < pieces; ++p) {
+            const std::uint64_t from = p * write_piece;
+            plan.jobs.push_back({.gathered = false,
+                                 .first = k,
+                                 .last = k + 1,
+                                 .from = from,
+                                 .length = std::min<std::uint64_t>(write_piece, length - from),
+                                 .piece = static_cast<std::uint32_t>(p),
+                                 .split = split});
+        }
+    }
+    plan.header_offset = cursor;
+    return plan;
 }
+
+// A writer's buffer of `gather_size` bytes, allocated when first needed.
+using gather_buffer = std::unique_ptr<std::uint8_t[]>;
+
+std::uint8_t* allocated(gather_buffer& buffer)
+{
+    if (!buffer) {
+        buffer = std::make_unique_for_overwrite<std::uint8_t[]>(gather_size);
+    }
+    return buffer.get();
+}
+
+// Writes the payloads with one thread per buffer, each job hashing what it writes into the
+// plan's locations: small payloads copied into the thread's buffer with the zero padding
+// between them, large ones written from the record in pieces (hashed in order). The padding
+// between jobs is never written: a new file reads as zeros there.
+result<void> write_payloads(save_plan& plan, const payload_bytes& payloads,
+                            const detail::durable_writer& writer,
+                            std::vector<gather_buffer>& buffers)
+{
+    auto& locations = plan.locations;
+    hash_in_order split_sums{plan.splits};
+    const auto write = [&](std::size_t j, unsigned worker) -> result<void> {
+        const write_job& job = plan.jobs[j];
+        const std::uint64_t start = locations[job.first].offset + job.from;
+        std::span<const std::uint8_t> bytes;
+        if (!job.gathered) {
+            bytes = payloads[job.first].subspan(job.from, job.length);
+            if (job.split == write_job::no_split) {
+                locations[job.first].checksum = detail::checksum(bytes);
+            } else {
+                split_sums.update(job.split, job.piece, bytes);
+            }
+        } else {
+            std::uint8_t* const buffer = allocated(buffers[worker]);
+            std::uint64_t end = start;
+            for (std::size_t k = job.first; k < job.last; ++k) {
+                const auto payload = payloads[k];
+                std::memset(buffer + (end - start), 0, locations[k].offset - end);
+                if (!payload.empty()) {
+                    std::memcpy(buffer + (locations[k].offset - start), payload.data(),
+                                payload.size());
+                }
+                locations[k].checksum = detail::checksum(payload);
+                end = locations[k].offset + payload.size();
+            }
+            bytes = {buffer, end - start};
+        }
+        BOOST_OUTCOME_TRY(writer.write_at(bytes, start));
+        writer.start_writeback(start, bytes.size());
+        return success();
+    };
+    const auto threads = static_cast<unsigned>(buffers.size());
+    BOOST_OUTCOME_TRY(detail::run_jobs(plan.jobs.size(), threads, write));
+    for (const write_job& job : plan.jobs) {
+        if (job.split != write_job::no_split) {
+            locations[job.first].checksum = split_sums.digest(job.split);
+        }
+    }
+    return success();
+}
+
+// The header encoder's pieces, hashed and gathered in a buffer of `gather_size` into writes
+// at the header's offset.
+class header_sink {
+public:
+    header_sink(const detail::durable_writer& writer, std::uint8_t* buffer, std::uint64_t offset)
+        : writer_(writer), buffer_(buffer), offset_(offset)
+    {
+    }
+    result<void> put(std::span<const std::uint8_t> piece)
+    {
+        sum_.update(piece);
+        if (buffered_ + piece.size() > gather_size) {
+            BOOST_OUTCOME_TRY(flush());
+        }
+        if (piece.size() > gather_size) {
+            BOOST_OUTCOME_TRY(writer_.write_at(piece, offset_));
+            offset_ += piece.size();
+            return success();
+        }
+        std::memcpy(buffer_ + buffered_, piece.data(), piece.size());
+        buffered_ += piece.size();
+        return success();
+    }
+    result<void> flush()
+    {
+        BOOST_OUTCOME_TRY(writer_.write_at({buffer_, buffered_}, offset_));
+        offset_ += std::exchange(buffered_, 0);
+        return success();
+    }
+    [[nodiscard]] std::uint64_t digest() const noexcept { return sum_.digest(); }
+
+private:
+    const detail::durable_writer& writer_;
+    std::uint8_t* buffer_;
+    std::uint64_t offset_;
+    std::size_t buffered_ = 0;
+    detail::running_checksum sum_;
+};
 
 } // namespace
 
 result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
                                            const checkpoint& contents, file_ops& ops)
 {
+    return save_checkpoint_file(path, contents, checkpoint_save_options{}, ops);
+}
+
+result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
+                                           const checkpoint& contents,
+                                           const checkpoint_save_options& options, file_ops& ops)
+{
+    const payload_bytes payloads{contents};
+    save_plan plan = plan_save(payloads);
     BOOST_OUTCOME_TRY(auto writer, detail::durable_writer::create(path, ops));
-    BOOST_OUTCOME_TRY(writer->write(std::array<std::uint8_t, detail::preamble_size>{}));
 
-    // The payloads, then the header streamed from the record and their locations: no copy of
-    // the entry table is built, whatever the number of tensors.
-    const auto& entries = contents.gradients().entries();
-    std::vector<payload_location> locations;
-    locations.reserve(entries.size() + contents.sections().size());
-    for (const gradient_entry& entry : entries) {
-        BOOST_OUTCOME_TRY(auto payload, append_payload(*writer, entry.data.bytes()));
-        locations.push_back(payload);
-    }
-    for (const checkpoint_section& section : contents.sections()) {
-        BOOST_OUTCOME_TRY(auto payload, append_payload(*writer, section.bytes));
-        locations.push_back(payload);
-    }
+    const unsigned writers =
+        plan.header_offset - detail::preamble_size >= parallel_min_bytes ? options.writers : 1;
+    std::vector<gather_buffer> buffers(std::max(writers, 1U));
+    BOOST_OUTCOME_TRY(write_payloads(plan, payloads, *writer, buffers));
+    auto& locations = plan.locations;
 
+    // The header, streamed from the record and the payloads' locations: no copy of the entry
+    // table is built, whatever the number of tensors. Then the trailer and the preamble.
     detail::frame frame;
     frame.producer = {RUDA_VERSION_MAJOR, RUDA_VERSION_MINOR, RUDA_VERSION_PATCH};
-    frame.header_offset = writer->size();
-    detail::running_checksum header_sum;
-    detail::header_encoder header{entries.size(), contents.sections().size(),
-                                  [&](std::span<const std::uint8_t> piece) -> result<void> {
-                                      header_sum.update(piece);
-                                      return writer->write(piece);
-                                  }};
+    frame.header_offset = plan.header_offset;
+    header_sink sink{*writer, allocated(buffers[0]), plan.header_offset};
+    detail::header_encoder header{
+        contents.gradients().entries().size(), contents.sections().size(),
+        [&sink](std::span<const std::uint8_t> piece) { return sink.put(piece); }};
     std::size_t k = 0;
-    for (const gradient_entry& entry : entries) {
+    for (const gradient_entry& entry : contents.gradients().entries()) {
         BOOST_OUTCOME_TRY(header.entry(entry.id, entry.dtype, entry.data.dtype(),
                                        entry.data.shape(), locations[k++]));
     }
@@ -96,11 +301,13 @@ result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
         BOOST_OUTCOME_TRY(header.section(section.name, locations[k++]));
     }
     BOOST_OUTCOME_TRY(header.finish());
+    BOOST_OUTCOME_TRY(sink.flush());
     frame.header_length = header.size();
-    frame.header_checksum = header_sum.digest();
+    frame.header_checksum = sink.digest();
     frame.file_length = frame.header_offset + frame.header_length + detail::trailer_size;
-    BOOST_OUTCOME_TRY(writer->write(detail::encode_trailer(frame)));
-    BOOST_OUTCOME_TRY(writer->overwrite(detail::encode_preamble(frame), 0));
+    BOOST_OUTCOME_TRY(writer->write_at(detail::encode_trailer(frame),
+                                       frame.header_offset + frame.header_length));
+    BOOST_OUTCOME_TRY(writer->write_at(detail::encode_preamble(frame), 0));
     BOOST_OUTCOME_TRY(writer->commit());
     return frame.file_length;
 }
@@ -370,7 +577,8 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
     if (const auto reason = mapping_reason(options); !reason.empty()) {
         BOOST_OUTCOME_TRY(map_payloads(requests, in_order, full, options.verify_checksums));
     } else {
-        BOOST_OUTCOME_TRY(read_payloads(requests, in_order, full, options.verify_checksums));
+        BOOST_OUTCOME_TRY(read_payloads(requests, in_order, full, options.verify_checksums,
+                                        options.readers));
     }
 
     std::vector<gradient_entry> entries;
@@ -421,44 +629,29 @@ result<void> checkpoint_reader::map_payloads(std::vector<payload_request>& reque
     return padding(cursor, header_offset_);
 }
 
-// Read in file order. Runs of small payloads come in with one read into one buffer that they
-// share as slices (padding between them checked in place); a large payload gets a buffer of
-// its own, read in pieces. Each piece is hashed right after it arrives, while still in cache.
+// One read of a load: payloads in_order[first, last), and where the zero padding before them
+// starts. A run of small payloads shares one buffer; a large payload is read alone.
+struct checkpoint_reader::read_job {
+    std::size_t first;
+    std::size_t last;
+    std::uint64_t padding_from;
+};
+
+// The file in order, cut into reads: runs of small payloads close enough to come in with one
+// read into one buffer, each large payload on its own. The reads run on `readers` threads;
+// each hashes what it read right after it arrived, while it is still in cache.
 result<void> checkpoint_reader::read_payloads(std::vector<payload_request>& requests,
                                               const std::vector<std::uint32_t>& in_order,
-                                              bool full, bool verify) const
+                                              bool full, bool verify, unsigned readers) const
 {
+    std::vector<read_job> jobs;
     std::uint64_t cursor = detail::preamble_size;
+    std::uint64_t bytes = 0;
     for (std::size_t i = 0; i < in_order.size();) {
         const payload_location& first = *requests[in_order[i]].payload;
-        if (full) {
-            BOOST_OUTCOME_TRY(check_padding(cursor, first.offset));
-        }
-        cursor = std::max(cursor, first.offset);
-        if (first.length >= small_payload) {
-            payload_request& r = requests[in_order[i]];
-            BOOST_OUTCOME_TRY(r.bytes, storage::try_allocate(static_cast<std::size_t>(first.length)));
-            std::uint8_t* data = r.bytes.writable_data();
-            detail::running_checksum sum;
-            for (std::size_t done = 0; done < r.bytes.size();) {
-                const std::size_t n = std::min(r.bytes.size() - done, small_payload);
-                BOOST_OUTCOME_TRY(read_at(data + done, n, first.offset + done));
-                if (verify) {
-                    sum.update({data + done, n});
-                }
-                done += n;
-            }
-            if (verify && sum.digest() != first.checksum) {
-                return mismatch(r.name());
-            }
-            cursor = std::max(cursor, first.offset + first.length);
-            ++i;
-            continue;
-        }
-        // The run: following small payloads close enough to share the buffer.
         std::size_t end = i + 1;
         std::uint64_t run_end = first.offset + first.length;
-        while (end < in_order.size()) {
+        while (first.length < small_payload && end < in_order.size()) {
             const payload_location& next = *requests[in_order[end]].payload;
             const std::uint64_t next_end = std::max(run_end, next.offset + next.length);
             if (next.length >= small_payload || next.offset > run_end + run_gap ||
@@ -468,23 +661,69 @@ result<void> checkpoint_reader::read_payloads(std::vector<payload_request>& requ
             run_end = next_end;
             ++end;
         }
-        BOOST_OUTCOME_TRY(auto run, storage::try_allocate(static_cast<std::size_t>(run_end - first.offset)));
-        BOOST_OUTCOME_TRY(read_at(run.writable_data(), run.size(), first.offset));
-        for (; i < end; ++i) {
-            payload_request& r = requests[in_order[i]];
-            const std::uint64_t at = r.payload->offset;
-            if (full && cursor < at && !all_zero(run.span().subspan(cursor - first.offset, at - cursor))) {
-                return nonzero_padding(cursor, at);
-            }
-            r.bytes = run.slice(at - first.offset, r.payload->length);
-            if (verify && detail::checksum(r.bytes) != r.payload->checksum) {
-                return mismatch(r.name());
-            }
-            cursor = std::max(cursor, at + r.payload->length);
-        }
+        jobs.push_back({i, end, cursor});
+        bytes += run_end - first.offset;
+        cursor = std::max(cursor, run_end);
+        i = end;
     }
+    const unsigned threads = bytes >= parallel_min_bytes ? readers : 1;
+    BOOST_OUTCOME_TRY(detail::run_jobs(jobs.size(), threads, [&](std::size_t j, unsigned) {
+        return read_job_payloads(requests, in_order, jobs[j], full, verify);
+    }));
     if (full) {
         BOOST_OUTCOME_TRY(check_padding(cursor, header_offset_));
+    }
+    return success();
+}
+
+result<void> checkpoint_reader::read_job_payloads(std::vector<payload_request>& requests,
+                                                  const std::vector<std::uint32_t>& in_order,
+                                                  const read_job& job, bool full, bool verify) const
+{
+    const payload_location& first = *requests[in_order[job.first]].payload;
+    if (full) {
+        BOOST_OUTCOME_TRY(check_padding(job.padding_from, first.offset));
+    }
+    if (first.length >= small_payload) { // alone, read in pieces
+        payload_request& r = requests[in_order[job.first]];
+        BOOST_OUTCOME_TRY(r.bytes, storage::try_allocate(static_cast<std::size_t>(first.length)));
+        std::uint8_t* data = r.bytes.writable_data();
+        detail::running_checksum sum;
+        for (std::size_t done = 0; done < r.bytes.size();) {
+            const std::size_t n = std::min(r.bytes.size() - done, small_payload);
+            BOOST_OUTCOME_TRY(read_at(data + done, n, first.offset + done));
+            if (verify) {
+                sum.update({data + done, n});
+            }
+            done += n;
+        }
+        if (verify && sum.digest() != first.checksum) {
+            return mismatch(r.name());
+        }
+        return success();
+    }
+    // A run: one read, the payloads slices of it, the padding between them checked in place.
+    std::uint64_t run_end = first.offset;
+    for (std::size_t i = job.first; i < job.last; ++i) {
+        const payload_location& p = *requests[in_order[i]].payload;
+        run_end = std::max(run_end, p.offset + p.length);
+    }
+    BOOST_OUTCOME_TRY(auto run,
+                      storage::try_allocate(static_cast<std::size_t>(run_end - first.offset)));
+    BOOST_OUTCOME_TRY(read_at(run.writable_data(), run.size(), first.offset));
+    std::uint64_t cursor = first.offset;
+    for (std::size_t i = job.first; i < job.last; ++i) {
+        payload_request& r = requests[in_order[i]];
+        const std::uint64_t at = r.payload->offset;
+        if (full && cursor < at &&
+            !all_zero(run.span().subspan(cursor - first.offset, at - cursor))) {
+            return nonzero_padding(cursor, at);
+        }
+        r.bytes = run.slice(at - first.offset, r.payload->length);
+        if (verify && detail::checksum(r.bytes) != r.payload->checksum) {
+            return mismatch(r.name());
+        }
+        cursor = std::max(cursor, at + r.payload->length);
     }
     return success();
 }

@@ -111,7 +111,7 @@ result<saved_checkpoint> checkpoint_manager::save(std::uint64_t step, const chec
         return error{errc::io_error, "Creating " + directory_.string() + ": " + ec.message()};
     }
     saved_checkpoint saved{step, path_of(step), 0, std::nullopt};
-    BOOST_OUTCOME_TRY(saved.bytes, save_checkpoint_file(saved.path, contents, ops_));
+    BOOST_OUTCOME_TRY(saved.bytes, save_checkpoint_file(saved.path, contents, options_.save, ops_));
 
     // "latest" moves only now that the checkpoint is durable.
     const std::string pointer = file_name(step) + "\n";

@@ -1,5 +1,6 @@
-// The durable writer: buffered appends, short writes retried, and on any failure the
-// temporary file closed and removed so that nothing but the previous state remains.
+// The durable writer: buffered appends, short writes retried, writeback started as the bytes
+// go, and on any failure the temporary file closed and removed so that nothing but the
+// previous state remains.
 #include <ruda/checkpoint/detail/durable_writer.hpp>
 
 #include <algorithm>
@@ -52,7 +53,13 @@ result<void> durable_writer::write_all(std::span<const std::uint8_t> bytes)
         if (!written) {
             return fail(written.error());
         }
-        bytes = bytes.subspan(std::min(written.value(), bytes.size()));
+        const std::size_t n = std::min(written.value(), bytes.size());
+        bytes = bytes.subspan(n);
+        written_ += n;
+    }
+    if (written_ - writeback_ >= writeback_step) {
+        ops_.start_writeback(fd_, writeback_, written_ - writeback_);
+        writeback_ = written_;
     }
     return success();
 }
@@ -92,6 +99,15 @@ result<void> durable_writer::overwrite(std::span<const std::uint8_t> bytes, std:
     BOOST_OUTCOME_TRY(flush());
     auto done = ops_.pwrite(fd_, bytes.data(), bytes.size(), offset);
     return done ? success() : result<void>{fail(done.error())};
+}
+
+result<void> durable_writer::write_at(std::span<const std::uint8_t> bytes,
+                                      std::uint64_t offset) const
+{
+    if (auto done = ops_.pwrite(fd_, bytes.data(), bytes.size(), offset); !done) {
+        return fail(done.error());
+    }
+    return success();
 }
 
 result<void> durable_writer::commit()

@@ -70,6 +70,20 @@ result<void> file_ops::pwrite(int fd, const void* data, std::size_t size, std::u
     return success();
 }
 
+void file_ops::start_writeback(int fd, std::uint64_t offset, std::uint64_t size) noexcept
+{
+#if defined(SYNC_FILE_RANGE_WRITE)
+    // Without the wait flags this neither blocks on the device nor consumes a writeback error,
+    // which the final fsync reports.
+    static_cast<void>(::sync_file_range(fd, static_cast<off64_t>(offset),
+                                        static_cast<off64_t>(size), SYNC_FILE_RANGE_WRITE));
+#else
+    static_cast<void>(fd);
+    static_cast<void>(offset);
+    static_cast<void>(size);
+#endif
+}
+
 result<void> file_ops::fsync(int fd)
 {
     if (::fsync(fd) != 0) {

@@ -38,12 +38,30 @@ struct checkpoint_load_options {
     std::optional<std::vector<std::uint64_t>> only_ids{};
     /// The largest header accepted, whatever the file claims.
     std::uint64_t max_header_bytes = std::uint64_t{64} << 20U;
+    /// Threads reading (and verifying) payloads at once; at least 1. A load of under 16 MiB of
+    /// payloads, or of a file that is mapped, uses one. See docs/BENCHMARKS.md for the default.
+    unsigned readers = 4;
+};
+
+struct checkpoint_save_options {
+    /// Threads writing (and hashing) payloads at once, each at its own offsets of the file;
+    /// at least 1. A save of under 16 MiB of payloads uses one. The file is the same, byte for
+    /// byte, whatever the number. See docs/BENCHMARKS.md for the default.
+    unsigned writers = 4;
 };
 
 /// Writes `contents` to `path`: to `<path>.tmp`, fsync, rename, fsync of the directory, so
-/// `path` holds either its previous contents or the whole new checkpoint. Payloads go from
-/// `contents` to the file through a 1 MiB buffer (large ones directly), never a second full
-/// copy. Returns the file's size. Failures are `errc::io_error` naming the operation.
+/// `path` holds either its previous contents or the whole new checkpoint. The layout is known
+/// before the first byte, so `options.writers` threads write payloads at their offsets at
+/// once: small ones gathered through a 1 MiB buffer per writer, large ones straight from
+/// `contents` in 8 MiB pieces, never a second full copy, each piece's writeback started as soon
+/// as it is written. Returns the file's size. Failures are `errc::io_error` naming the
+/// operation.
+[[nodiscard]] result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
+                                                         const checkpoint& contents,
+                                                         const checkpoint_save_options& options,
+                                                         file_ops& ops = posix_file_ops());
+/// The same with the default options.
 [[nodiscard]] result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
                                                          const checkpoint& contents,
                                                          file_ops& ops = posix_file_ops());
@@ -86,8 +104,9 @@ public:
 
     /// The checkpoint: the selected gradients (validated like `from_record` validates) and
     /// every section. A file that cannot change (`load_mapping`) is mapped, and each tensor's
-    /// bytes are a slice of the mapping, hashed in place. Any other file is read in file order:
-    /// runs of small payloads into one buffer they share, each large payload into its own. A
+    /// bytes are a slice of the mapping, hashed in place. Any other file is read by
+    /// `options.readers` threads, in file order: runs of small payloads into one buffer they
+    /// share, each large payload into its own, each verified by the thread that read it. A
     /// full load also checks that the padding between payloads is zero, so that no byte of the
     /// file goes unchecked.
     [[nodiscard]] result<checkpoint> load(const checkpoint_load_options& options = {}) const&;
@@ -109,9 +128,13 @@ private:
     result<void> map_payloads(std::vector<payload_request>& requests,
                               const std::vector<std::uint32_t>& in_order, bool full,
                               bool verify) const;
+    struct read_job;
     result<void> read_payloads(std::vector<payload_request>& requests,
-                               const std::vector<std::uint32_t>& in_order, bool full,
-                               bool verify) const;
+                               const std::vector<std::uint32_t>& in_order, bool full, bool verify,
+                               unsigned readers) const;
+    result<void> read_job_payloads(std::vector<payload_request>& requests,
+                                   const std::vector<std::uint32_t>& in_order,
+                                   const read_job& job, bool full, bool verify) const;
     result<void> check_padding(std::uint64_t from, std::uint64_t to) const;
     error nonzero_padding(std::uint64_t from, std::uint64_t to) const;
     error mismatch(const std::string& what) const;

@@ -108,6 +108,8 @@ struct checkpoint_manager_options {
     std::size_t keep_last = 3;
     /// The file operations; `posix_file_ops()` when null. Tests inject failures here.
     file_ops* ops = nullptr;
+    /// How each checkpoint file is written (the number of writers).
+    checkpoint_save_options save{};
 };
 
 /// Manages `directory`: `step-<20 digits>.ruda` files, a `latest` file naming the newest
