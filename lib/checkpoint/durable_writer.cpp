@@ -4,7 +4,6 @@
 #include <ruda/checkpoint/detail/durable_writer.hpp>
 
 #include <algorithm>
-#include <array>
 #include <utility>
 
 namespace ruda::detail {
@@ -82,23 +81,6 @@ result<void> durable_writer::write(std::span<const std::uint8_t> bytes)
     }
     buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
     return success();
-}
-
-result<void> durable_writer::pad_to(std::uint64_t offset)
-{
-    static constexpr std::array<std::uint8_t, 64> zeros{};
-    while (size_ < offset) {
-        const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(offset - size_, zeros.size()));
-        BOOST_OUTCOME_TRY(write(std::span{zeros}.first(n)));
-    }
-    return success();
-}
-
-result<void> durable_writer::overwrite(std::span<const std::uint8_t> bytes, std::uint64_t offset)
-{
-    BOOST_OUTCOME_TRY(flush());
-    auto done = ops_.pwrite(fd_, bytes.data(), bytes.size(), offset);
-    return done ? success() : result<void>{fail(done.error())};
 }
 
 result<void> durable_writer::write_at(std::span<const std::uint8_t> bytes,

@@ -34,10 +34,6 @@ public:
 
     /// Appends `bytes`.
     [[nodiscard]] result<void> write(std::span<const std::uint8_t> bytes);
-    /// Appends zeros up to `offset`.
-    [[nodiscard]] result<void> pad_to(std::uint64_t offset);
-    /// Overwrites bytes already written, at `offset`.
-    [[nodiscard]] result<void> overwrite(std::span<const std::uint8_t> bytes, std::uint64_t offset);
     /// Writes `bytes` at `offset`, anywhere in the file. With `start_writeback`, safe to call
     /// from several threads at once for disjoint ranges, as long as no thread appends meanwhile.
     [[nodiscard]] result<void> write_at(std::span<const std::uint8_t> bytes,
