@@ -24,6 +24,7 @@
 //              [--dir DIR] [--json PATH] [--check] [--sweep]
 #include "bench_util.hpp"
 
+#include <ruda/checkpoint/detail/io_jobs.hpp>
 #include <ruda/ruda.hpp>
 
 #include <fcntl.h>
@@ -574,6 +575,10 @@ int main(int argc, char** argv)
         }
     }
 
+    // The numbers the default options come to for a save or load this large.
+    const auto large = static_cast<std::uint64_t>(record_bytes);
+    const unsigned writers = ruda::detail::io_threads(ruda::checkpoint_save_options{}.writers, large);
+    const unsigned readers = ruda::detail::io_threads(ruda::checkpoint_load_options{}.readers, large);
     const double gib = 1024.0 * 1024.0 * 1024.0;
     const auto gbs = [&](double t) { return record_bytes / t / 1e9; };
     const double snapshot_ratio = median(fresh_copy_times) / median(snapshot_times);
@@ -593,13 +598,11 @@ int main(int argc, char** argv)
     std::printf("| raw write() + fsync (baseline) | %.1f | %.2f | 1.00x |\n",
                 median(raw_write_times) * 1e3, gbs(median(raw_write_times)));
     std::printf("| save_checkpoint_file (checksums, fsync, rename, dir fsync; %u writers) | %.1f | %.2f | %.2fx |\n",
-                ruda::checkpoint_save_options{}.writers, median(save_times) * 1e3,
+                writers, median(save_times) * 1e3,
                 gbs(median(save_times)), save_ratio);
     std::printf("| raw write() + fsync, best of 1, 2, 4, 8 writers (%u) | %.1f | %.2f | %.2fx |\n",
                 best_writers, raw_write_best * 1e3, gbs(raw_write_best),
                 median(raw_write_times) / raw_write_best);
-    const unsigned writers = ruda::checkpoint_save_options{}.writers;
-    const unsigned readers = ruda::checkpoint_load_options{}.readers;
     for (const unsigned n : parallel_counts) {
         if (const auto found = times.find("save_writers_" + std::to_string(n)); found != times.end()) {
             std::printf("| save_checkpoint_file, %u writer%s | %.1f | %.2f | %.2fx |\n", n,

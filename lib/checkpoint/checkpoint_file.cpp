@@ -68,8 +68,6 @@ private:
 // with them; larger ones are written from the record's memory in pieces of `write_piece`.
 constexpr std::size_t gather_size = detail::durable_writer::buffer_size;
 constexpr std::size_t write_piece = detail::durable_writer::writeback_step;
-// Saves and loads of fewer payload bytes use one thread: more would cost more than they save.
-constexpr std::uint64_t parallel_min_bytes = std::uint64_t{16} << 20U;
 
 // One write of a save: payloads [first, last) gathered into a buffer, or bytes
 // [from, from + length) of the large payload `first`.
@@ -277,9 +275,8 @@ result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
     save_plan plan = plan_save(payloads);
     BOOST_OUTCOME_TRY(auto writer, detail::durable_writer::create(path, ops));
 
-    const unsigned writers =
-        plan.header_offset - detail::preamble_size >= parallel_min_bytes ? options.writers : 1;
-    std::vector<gather_buffer> buffers(std::max(writers, 1U));
+    std::vector<gather_buffer> buffers(
+        detail::io_threads(options.writers, plan.header_offset - detail::preamble_size));
     BOOST_OUTCOME_TRY(write_payloads(plan, payloads, *writer, buffers));
     auto& locations = plan.locations;
 
@@ -575,7 +572,8 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
 
     const bool full = !options.only_ids;
     if (const auto reason = mapping_reason(options); !reason.empty()) {
-        BOOST_OUTCOME_TRY(map_payloads(requests, in_order, full, options.verify_checksums));
+        BOOST_OUTCOME_TRY(map_payloads(requests, in_order, full, options.verify_checksums,
+                                       options.readers));
     } else {
         BOOST_OUTCOME_TRY(read_payloads(requests, in_order, full, options.verify_checksums,
                                         options.readers));
@@ -603,33 +601,7 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
     return contents;
 }
 
-// The whole file mapped once; every payload a slice of the mapping, hashed in place.
-result<void> checkpoint_reader::map_payloads(std::vector<payload_request>& requests,
-                                             const std::vector<std::uint32_t>& in_order,
-                                             bool full, bool verify) const
-{
-    BOOST_OUTCOME_TRY(auto file, detail::map_unchangeable_file(
-                                     fd_, static_cast<std::size_t>(length_), path_.string()));
-    std::uint64_t cursor = detail::preamble_size;
-    const auto padding = [&](std::uint64_t from, std::uint64_t to) -> result<void> {
-        if (full && from < to && !all_zero(file.span().subspan(from, to - from))) {
-            return nonzero_padding(from, to);
-        }
-        return success();
-    };
-    for (const std::uint32_t k : in_order) {
-        payload_request& r = requests[k];
-        BOOST_OUTCOME_TRY(padding(cursor, r.payload->offset));
-        r.bytes = file.slice(r.payload->offset, r.payload->length);
-        if (verify && detail::checksum(r.bytes) != r.payload->checksum) {
-            return mismatch(r.name());
-        }
-        cursor = std::max(cursor, r.payload->offset + r.payload->length);
-    }
-    return padding(cursor, header_offset_);
-}
-
-// One read of a load: payloads in_order[first, last), and where the zero padding before them
+// One job of a load: payloads in_order[first, last), and where the zero padding before them
 // starts. A run of small payloads shares one buffer; a large payload is read alone.
 struct checkpoint_reader::read_job {
     std::size_t first;
@@ -637,16 +609,53 @@ struct checkpoint_reader::read_job {
     std::uint64_t padding_from;
 };
 
-// The file in order, cut into reads: runs of small payloads close enough to come in with one
-// read into one buffer, each large payload on its own. The reads run on `readers` threads;
-// each hashes what it read right after it arrived, while it is still in cache.
-result<void> checkpoint_reader::read_payloads(std::vector<payload_request>& requests,
-                                              const std::vector<std::uint32_t>& in_order,
-                                              bool full, bool verify, unsigned readers) const
-{
+// The jobs, where the last payload ends and the payload bytes in all.
+struct checkpoint_reader::read_plan {
     std::vector<read_job> jobs;
-    std::uint64_t cursor = detail::preamble_size;
+    std::uint64_t end = detail::preamble_size;
     std::uint64_t bytes = 0;
+};
+
+// The whole file mapped once; every payload a slice of the mapping, hashed in place by the
+// readers, each job checking the padding before its payloads and between them.
+result<void> checkpoint_reader::map_payloads(std::vector<payload_request>& requests,
+                                             const std::vector<std::uint32_t>& in_order,
+                                             bool full, bool verify, unsigned readers) const
+{
+    BOOST_OUTCOME_TRY(auto file, detail::map_unchangeable_file(
+                                     fd_, static_cast<std::size_t>(length_), path_.string()));
+    const auto padding = [&](std::uint64_t from, std::uint64_t to) -> result<void> {
+        if (full && from < to && !all_zero(file.span().subspan(from, to - from))) {
+            return nonzero_padding(from, to);
+        }
+        return success();
+    };
+    const read_plan plan = plan_reads(requests, in_order);
+    const auto map_job = [&](std::size_t j, unsigned) -> result<void> {
+        const read_job& job = plan.jobs[j];
+        std::uint64_t cursor = job.padding_from;
+        for (std::size_t i = job.first; i < job.last; ++i) {
+            payload_request& r = requests[in_order[i]];
+            BOOST_OUTCOME_TRY(padding(cursor, r.payload->offset));
+            r.bytes = file.slice(r.payload->offset, r.payload->length);
+            if (verify && detail::checksum(r.bytes) != r.payload->checksum) {
+                return mismatch(r.name());
+            }
+            cursor = std::max(cursor, r.payload->offset + r.payload->length);
+        }
+        return success();
+    };
+    BOOST_OUTCOME_TRY(
+        detail::run_jobs(plan.jobs.size(), detail::io_threads(readers, plan.bytes), map_job));
+    return padding(plan.end, header_offset_);
+}
+
+// The file in order, cut into jobs: runs of small payloads close enough to come in with one
+// read into one buffer, each large payload on its own.
+checkpoint_reader::read_plan checkpoint_reader::plan_reads(
+    const std::vector<payload_request>& requests, const std::vector<std::uint32_t>& in_order)
+{
+    read_plan plan;
     for (std::size_t i = 0; i < in_order.size();) {
         const payload_location& first = *requests[in_order[i]].payload;
         std::size_t end = i + 1;
@@ -661,17 +670,28 @@ result<void> checkpoint_reader::read_payloads(std::vector<payload_request>& requ
             run_end = next_end;
             ++end;
         }
-        jobs.push_back({i, end, cursor});
-        bytes += run_end - first.offset;
-        cursor = std::max(cursor, run_end);
+        plan.jobs.push_back({i, end, plan.end});
+        plan.bytes += run_end - first.offset;
+        plan.end = std::max(plan.end, run_end);
         i = end;
     }
-    const unsigned threads = bytes >= parallel_min_bytes ? readers : 1;
-    BOOST_OUTCOME_TRY(detail::run_jobs(jobs.size(), threads, [&](std::size_t j, unsigned) {
-        return read_job_payloads(requests, in_order, jobs[j], full, verify);
-    }));
+    return plan;
+}
+
+// The jobs run on `readers` threads; each hashes what it read right after it arrived, while it
+// is still in cache.
+result<void> checkpoint_reader::read_payloads(std::vector<payload_request>& requests,
+                                              const std::vector<std::uint32_t>& in_order,
+                                              bool full, bool verify, unsigned readers) const
+{
+    const read_plan plan = plan_reads(requests, in_order);
+    const auto read_job = [&](std::size_t j, unsigned) {
+        return read_job_payloads(requests, in_order, plan.jobs[j], full, verify);
+    };
+    BOOST_OUTCOME_TRY(
+        detail::run_jobs(plan.jobs.size(), detail::io_threads(readers, plan.bytes), read_job));
     if (full) {
-        BOOST_OUTCOME_TRY(check_padding(cursor, header_offset_));
+        BOOST_OUTCOME_TRY(check_padding(plan.end, header_offset_));
     }
     return success();
 }

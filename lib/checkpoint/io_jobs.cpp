@@ -13,6 +13,19 @@
 
 namespace ruda::detail {
 
+unsigned io_threads(unsigned asked, std::uint64_t bytes) noexcept
+{
+    if (bytes < parallel_min_bytes) {
+        return 1;
+    }
+    if (asked != 0) {
+        return asked;
+    }
+    // Four writers reach the disk's parallel limit where it has one (the 16-core machine's
+    // NVMe); on fewer cores the extra threads only take turns.
+    return std::clamp(std::thread::hardware_concurrency(), 1U, 4U);
+}
+
 result<void> run_jobs(std::size_t count, unsigned threads,
                       const std::function<result<void>(std::size_t, unsigned)> &job)
 {

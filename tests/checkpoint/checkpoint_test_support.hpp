@@ -1,11 +1,17 @@
-// Helpers for the checkpoint tests: a temporary directory, file bytes, sample contents, and
-// rewriting a checkpoint's header with valid checksums, so a test reaches the checks that
-// come after the checksums.
+// Helpers for the checkpoint tests: a temporary directory, file bytes, sample contents, a
+// sealed memfd, and rewriting a checkpoint's header with valid checksums, so a test reaches
+// the checks that come after the checksums.
 #pragma once
 
 #include <ruda/checkpoint/checkpoint_file.hpp>
 #include <ruda/checkpoint/detail/frame.hpp>
 #include <ruda/version.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -142,5 +148,32 @@ inline void rewrite(const std::filesystem::path& path,
     edit_index(index);
     write_bytes(path, reframe(read_bytes(path), detail::encode_header(index), edit_frame));
 }
+
+// A memfd holding `bytes`, sealed against every change; closed with the object.
+class sealed_memfd {
+public:
+    explicit sealed_memfd(const std::vector<std::uint8_t>& bytes, bool seal = true)
+        : fd_(::memfd_create("ruda-checkpoint", MFD_CLOEXEC | MFD_ALLOW_SEALING))
+    {
+        BOOST_REQUIRE(fd_ >= 0);
+        BOOST_REQUIRE(::write(fd_, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+        if (seal) {
+            BOOST_REQUIRE(::fcntl(fd_, F_ADD_SEALS,
+                                  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) == 0);
+        }
+    }
+    ~sealed_memfd() { ::close(fd_); }
+    sealed_memfd(const sealed_memfd&) = delete;
+    sealed_memfd& operator=(const sealed_memfd&) = delete;
+    [[nodiscard]] int fd() const { return fd_; }
+    // The path another open of the same file goes through, as a user would pass it.
+    [[nodiscard]] std::filesystem::path path() const
+    {
+        return "/proc/self/fd/" + std::to_string(fd_);
+    }
+
+private:
+    int fd_;
+};
 
 } // namespace ruda::test

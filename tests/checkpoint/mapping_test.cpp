@@ -46,32 +46,7 @@ void require_same_gradients(const ruda::checkpoint& a, const ruda::checkpoint& b
     }
 }
 
-// A memfd holding `bytes`, sealed against every change; closed with the object.
-class sealed_memfd {
-public:
-    explicit sealed_memfd(const std::vector<std::uint8_t>& bytes, bool seal = true)
-        : fd_(::memfd_create("ruda-checkpoint", MFD_CLOEXEC | MFD_ALLOW_SEALING))
-    {
-        BOOST_REQUIRE(fd_ >= 0);
-        BOOST_REQUIRE(::write(fd_, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
-        if (seal) {
-            BOOST_REQUIRE(::fcntl(fd_, F_ADD_SEALS,
-                                  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) == 0);
-        }
-    }
-    ~sealed_memfd() { ::close(fd_); }
-    sealed_memfd(const sealed_memfd&) = delete;
-    sealed_memfd& operator=(const sealed_memfd&) = delete;
-    [[nodiscard]] int fd() const { return fd_; }
-    // The path another open of the same file goes through, as a user would pass it.
-    [[nodiscard]] std::filesystem::path path() const
-    {
-        return "/proc/self/fd/" + std::to_string(fd_);
-    }
-
-private:
-    int fd_;
-};
+using ruda::test::sealed_memfd;
 
 std::vector<std::uint8_t> saved_bytes(const ruda::test::temp_dir& dir, const ruda::checkpoint& c)
 {

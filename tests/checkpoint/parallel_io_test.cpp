@@ -208,6 +208,30 @@ BOOST_AUTO_TEST_CASE(readers_report_the_first_corruption_in_file_order)
     }
 }
 
+BOOST_AUTO_TEST_CASE(readers_verify_a_mapped_file_in_place)
+{
+    const temp_dir dir;
+    BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "c.ruda", sample()));
+    auto bytes = ruda::test::read_bytes(dir / "c.ruda");
+    {
+        const ruda::test::sealed_memfd file{bytes};
+        BOOST_TEST(ruda::checkpoint_reader::open(file.path()).value().mapping_reason() ==
+                   "sealed memfd");
+        const auto loaded = load_with_readers(file.path(), 4);
+        BOOST_REQUIRE(loaded);
+        BOOST_TEST((loaded.value() == sample()));
+    }
+    const auto big = payload_of(dir / "c.ruda", 1);
+    const auto small = payload_of(dir / "c.ruda", 500);
+    bytes[small.offset] ^= 0x01U;
+    bytes[big.offset + big.length - 1] ^= 0x01U;
+    const ruda::test::sealed_memfd damaged{bytes};
+    const auto loaded = load_with_readers(damaged.path(), 4);
+    BOOST_REQUIRE(!loaded);
+    BOOST_TEST(loaded.error() == errc::checksum_mismatch);
+    BOOST_TEST(loaded.error().message().find("parameter 1") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(readers_check_the_padding_between_their_reads)
 {
     const temp_dir dir;
@@ -225,7 +249,8 @@ BOOST_AUTO_TEST_CASE(readers_check_the_padding_between_their_reads)
     BOOST_TEST(loaded.error().message().find("nonzero padding") != std::string::npos);
 }
 
-BOOST_AUTO_TEST_CASE(jobs_report_the_lowest_failure_and_rethrow_exceptions)
+BOOST_AUTO_TEST_CASE(
+    jobs_report_the_lowest_failure_and_rethrow_exceptions_and_small_work_gets_one_thread)
 {
     for (int round = 0; round < 20; ++round) {
         std::atomic<int> ran{0};
@@ -255,6 +280,10 @@ BOOST_AUTO_TEST_CASE(jobs_report_the_lowest_failure_and_rethrow_exceptions)
                                          return ruda::success();
                                      }),
         std::runtime_error);
+    BOOST_TEST(ruda::detail::io_threads(8, ruda::detail::parallel_min_bytes - 1) == 1U);
+    BOOST_TEST(ruda::detail::io_threads(3, ruda::detail::parallel_min_bytes) == 3U);
+    const unsigned automatic = ruda::detail::io_threads(0, ruda::detail::parallel_min_bytes);
+    BOOST_TEST((automatic >= 1U && automatic <= 4U));
     BOOST_TEST(ruda::detail::run_jobs(0, 4, [](std::size_t, unsigned) -> ruda::result<void> {
                    throw std::logic_error("no job runs");
                }).has_value());

@@ -38,16 +38,17 @@ struct checkpoint_load_options {
     std::optional<std::vector<std::uint64_t>> only_ids{};
     /// The largest header accepted, whatever the file claims.
     std::uint64_t max_header_bytes = std::uint64_t{64} << 20U;
-    /// Threads reading (and verifying) payloads at once; at least 1. A load of under 16 MiB of
-    /// payloads, or of a file that is mapped, uses one. See docs/BENCHMARKS.md for the default.
-    unsigned readers = 4;
+    /// Threads reading (and verifying) payloads at once; 0 (the default): one per core, at most
+    /// 4. A load of under 16 MiB of payloads uses one. docs/BENCHMARKS.md has the measurements.
+    unsigned readers = 0;
 };
 
 struct checkpoint_save_options {
-    /// Threads writing (and hashing) payloads at once, each at its own offsets of the file;
-    /// at least 1. A save of under 16 MiB of payloads uses one. The file is the same, byte for
-    /// byte, whatever the number. See docs/BENCHMARKS.md for the default.
-    unsigned writers = 4;
+    /// Threads writing (and hashing) payloads at once, each at its own offsets of the file; 0
+    /// (the default): one per core, at most 4. A save of under 16 MiB of payloads uses one. The
+    /// file is the same, byte for byte, whatever the number. docs/BENCHMARKS.md has the
+    /// measurements.
+    unsigned writers = 0;
 };
 
 /// Writes `contents` to `path`: to `<path>.tmp`, fsync, rename, fsync of the directory, so
@@ -125,10 +126,13 @@ private:
     struct payload_request;
     result<checkpoint> load_entries(const checkpoint_load_options& options,
                                     std::vector<checkpoint_entry_info>* spent) const;
-    result<void> map_payloads(std::vector<payload_request>& requests,
-                              const std::vector<std::uint32_t>& in_order, bool full,
-                              bool verify) const;
     struct read_job;
+    struct read_plan;
+    static read_plan plan_reads(const std::vector<payload_request>& requests,
+                                const std::vector<std::uint32_t>& in_order);
+    result<void> map_payloads(std::vector<payload_request>& requests,
+                              const std::vector<std::uint32_t>& in_order, bool full, bool verify,
+                              unsigned readers) const;
     result<void> read_payloads(std::vector<payload_request>& requests,
                                const std::vector<std::uint32_t>& in_order, bool full, bool verify,
                                unsigned readers) const;
