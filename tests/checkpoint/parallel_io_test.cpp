@@ -1,13 +1,14 @@
 // Saves and loads with several writers and readers: the file is the same whatever their
 // number, every writer's failure fails the save and leaves the previous file, writes really
 // overlap, and readers find corruption in the same order as one reader.
+#include "checkpoint_test_support.hpp"
+
 #include <ruda/checkpoint/checkpoint_file.hpp>
 #include <ruda/checkpoint/checkpoint_manager.hpp>
 #include <ruda/checkpoint/detail/io_jobs.hpp>
 
 #include <boost/test/unit_test.hpp>
 
-#include "checkpoint_test_support.hpp"
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
