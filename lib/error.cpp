@@ -32,6 +32,7 @@ public:
         case errc::shape_mismatch: return "shape mismatch";
         case errc::unknown_parameter: return "no such parameter";
         case errc::device_unavailable: return "device unavailable";
+        case errc::directory_in_use: return "checkpoint directory in use";
         }
         return "unknown ruda error " + std::to_string(value);
     }

@@ -33,6 +33,7 @@ enum class errc : int {
     shape_mismatch,
     unknown_parameter,
     device_unavailable,
+    directory_in_use,
 };
 
 } // namespace ruda

@@ -4,6 +4,7 @@
 #include <ruda/checkpoint/detail/durable_writer.hpp>
 #include <ruda/checkpoint/detail/frame.hpp>
 #include <ruda/checkpoint/detail/io_jobs.hpp>
+#include <ruda/checkpoint/detail/regular_file.hpp>
 #include <ruda/optim/validate_record.hpp>
 #include <ruda/tensor/detail/mapped_file.hpp>
 #include <ruda/version.hpp>
@@ -362,20 +363,13 @@ result<void> checkpoint_reader::read_at(std::uint8_t* data, std::size_t size,
 result<checkpoint_reader> checkpoint_reader::open(const std::filesystem::path& path,
                                                   std::uint64_t max_header_bytes)
 {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        return io_error_from_errno("open", path);
+    auto file = detail::open_regular_file(path);
+    if (!file) {
+        return error{file.error().code(), "Checkpoint " + file.error().message()};
     }
-    checkpoint_reader reader{path, fd, {}, 0}; // closes the file on every return below
-    struct stat info {};
-    if (::fstat(fd, &info) != 0) {
-        return io_error_from_errno("stat", path);
-    }
-    if (!S_ISREG(info.st_mode)) {
-        return error{errc::malformed_record, "Checkpoint " + path.string() + ": not a regular file"};
-    }
-    reader.length_ = static_cast<std::uint64_t>(info.st_size);
-    return verify_frame(std::move(reader), max_header_bytes);
+    // The reader closes the file on every return below.
+    return verify_frame(checkpoint_reader{path, file.value().fd, {}, file.value().size},
+                        max_header_bytes);
 }
 
 result<checkpoint_reader> checkpoint_reader::open_bytes(std::span<const std::uint8_t> bytes,

@@ -3,13 +3,18 @@
 // leaves the previous latest checkpoint in place and loadable.
 #include <ruda/checkpoint/checkpoint_manager.hpp>
 #include <ruda/checkpoint/detail/durable_writer.hpp>
+#include <ruda/checkpoint/detail/regular_file.hpp>
 
 #include <boost/asio/post.hpp>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdio>
-#include <fstream>
 #include <iterator>
 #include <string>
 #include <system_error>
@@ -62,6 +67,7 @@ namespace {
 constexpr std::string_view file_prefix = "step-";
 constexpr std::string_view file_suffix = ".ruda";
 constexpr std::string_view latest_name = "latest";
+constexpr std::string_view lock_name = ".lock";
 
 std::string file_name(std::uint64_t step)
 {
@@ -95,7 +101,52 @@ checkpoint_manager::checkpoint_manager(std::filesystem::path directory,
 {
 }
 
-checkpoint_manager::~checkpoint_manager() { writer_.join(); }
+checkpoint_manager::~checkpoint_manager()
+{
+    writer_.join();
+    if (lock_fd_ >= 0) {
+        ::close(lock_fd_); // releases the lock
+    }
+}
+
+// The lock is an flock on `.lock`, which records who holds it for the message a second manager
+// gives. The kernel drops it when the descriptor's last copy closes: with the process, however
+// it ends. Called with save_mutex_ held.
+result<void> checkpoint_manager::hold_directory()
+{
+    if (lock_fd_ >= 0) {
+        return success();
+    }
+    const auto path = directory_ / lock_name;
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+        return io_error_from_errno("open the lock", path);
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK) {
+            auto failure = io_error_from_errno("lock", path);
+            ::close(fd);
+            return failure;
+        }
+        std::array<char, 256> holder{};
+        const ssize_t n = ::pread(fd, holder.data(), holder.size() - 1, 0);
+        ::close(fd);
+        const std::string who =
+            n > 0 ? std::string(holder.data(), static_cast<std::size_t>(n)) : "holder unknown";
+        return error{errc::directory_in_use, "Checkpoint directory " + directory_.string() +
+                                                 " is in use by another manager (" + who +
+                                                 "); one manager per directory"};
+    }
+    std::array<char, 256> host{};
+    static_cast<void>(::gethostname(host.data(), host.size() - 1));
+    const std::string holder = "pid " + std::to_string(::getpid()) + " on " + host.data();
+    // Only a courtesy for the message: the lock itself is what counts.
+    if (::ftruncate(fd, 0) == 0) {
+        static_cast<void>(::pwrite(fd, holder.data(), holder.size(), 0));
+    }
+    lock_fd_ = fd;
+    return success();
+}
 
 std::filesystem::path checkpoint_manager::path_of(std::uint64_t step) const
 {
@@ -110,6 +161,7 @@ result<saved_checkpoint> checkpoint_manager::save(std::uint64_t step, const chec
     if (ec) {
         return error{errc::io_error, "Creating " + directory_.string() + ": " + ec.message()};
     }
+    BOOST_OUTCOME_TRY(hold_directory());
     saved_checkpoint saved{step, path_of(step), 0, std::nullopt};
     BOOST_OUTCOME_TRY(saved.bytes, save_checkpoint_file(saved.path, contents, options_.save, ops_));
 
@@ -172,16 +224,19 @@ result<checkpoint> checkpoint_manager::load(std::uint64_t step,
 result<std::optional<std::uint64_t>> checkpoint_manager::latest_step() const
 {
     const auto path = directory_ / latest_name;
-    std::ifstream in{path};
-    if (!in) {
-        std::error_code ec;
-        if (!std::filesystem::exists(path, ec) && !ec) {
-            return std::optional<std::uint64_t>{};
-        }
-        return error{errc::io_error, "Reading " + path.string() + ": cannot open"};
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec) && !ec) {
+        return std::optional<std::uint64_t>{};
     }
-    std::string line;
-    std::getline(in, line, '\n');
+    // The pointer is one short line: read no more than that, whatever the file is or claims.
+    BOOST_OUTCOME_TRY(const auto file, detail::open_regular_file(path));
+    std::array<std::uint8_t, 256> text{};
+    const auto length = static_cast<std::size_t>(std::min<std::uint64_t>(file.size, text.size()));
+    auto read = read_exact_at(file.fd, path, text.data(), length, 0);
+    ::close(file.fd);
+    BOOST_OUTCOME_TRY(std::move(read));
+    std::string line(reinterpret_cast<const char*>(text.data()), length);
+    line.resize(std::min(line.size(), line.find('\n')));
     const auto step = step_of(line);
     if (!step) {
         return error{errc::malformed_record,

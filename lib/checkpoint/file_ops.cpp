@@ -1,7 +1,9 @@
 // POSIX file operations for checkpoint writes; every failure names the call and the path.
+#include <ruda/checkpoint/detail/regular_file.hpp>
 #include <ruda/checkpoint/file_ops.hpp>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -21,15 +23,51 @@ namespace {
 // Descriptors have no path; messages name the descriptor instead.
 std::filesystem::path fd_name(int fd) { return "fd " + std::to_string(fd); }
 
+const char* kind_of(mode_t mode)
+{
+    if (S_ISDIR(mode)) {
+        return "a directory";
+    }
+    if (S_ISFIFO(mode)) {
+        return "a FIFO";
+    }
+    if (S_ISSOCK(mode)) {
+        return "a socket";
+    }
+    if (S_ISCHR(mode)) {
+        return "a character device";
+    }
+    if (S_ISBLK(mode)) {
+        return "a block device";
+    }
+    return "not a file";
+}
+
+error not_regular(const std::filesystem::path& path, const char* kind)
+{
+    return error{errc::malformed_record,
+                 path.string() + ": not a regular file (" + kind + ")"};
+}
+
 } // namespace
 
 result<int> file_ops::create(const std::filesystem::path& path)
 {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        return io_error_from_errno("create", path);
+    // Exclusive and never through a link: whatever is already at `path` (a stale temporary
+    // file, or a link planted there to redirect the write) is removed, not written through.
+    constexpr int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    for (int attempt = 0;; ++attempt) {
+        const int fd = ::open(path.c_str(), flags, 0644);
+        if (fd >= 0) {
+            return fd;
+        }
+        if (errno != EEXIST || attempt == 2) {
+            return io_error_from_errno("create", path);
+        }
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+            return io_error_from_errno("remove the stale", path);
+        }
     }
-    return fd;
 }
 
 result<std::size_t> file_ops::write(int fd, const void* data, std::size_t size)
@@ -131,6 +169,38 @@ result<void> file_ops::remove(const std::filesystem::path& path)
     }
     return success();
 }
+
+namespace detail {
+
+result<regular_file> open_regular_file(const std::filesystem::path& path)
+{
+    // O_NONBLOCK: opening a FIFO without a writer, or some devices, would otherwise wait.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        if (errno == ENXIO) { // a socket, or a FIFO or device that cannot be opened this way
+            struct stat info {};
+            if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+                return not_regular(path, kind_of(info.st_mode));
+            }
+        }
+        return io_error_from_errno("open", path);
+    }
+    struct stat info {};
+    if (::fstat(fd, &info) != 0) {
+        auto failure = io_error_from_errno("stat", path);
+        ::close(fd);
+        return failure;
+    }
+    if (!S_ISREG(info.st_mode)) {
+        ::close(fd);
+        return not_regular(path, kind_of(info.st_mode));
+    }
+    // Reads of a regular file never block anyway; clear the flag all the same.
+    static_cast<void>(::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK));
+    return regular_file{fd, static_cast<std::uint64_t>(info.st_size)};
+}
+
+} // namespace detail
 
 file_ops& posix_file_ops()
 {

@@ -3,6 +3,7 @@
 #include <ruda/checkpoint/safetensors.hpp>
 
 #include <ruda/checkpoint/detail/durable_writer.hpp>
+#include <ruda/checkpoint/detail/regular_file.hpp>
 #include <ruda/optim/param_id.hpp>
 #include <ruda/optim/validate_record.hpp>
 
@@ -566,21 +567,12 @@ result<std::uint64_t> export_safetensors(const gradients_params_record& record,
 result<gradients_params_record> import_safetensors(const std::filesystem::path& path,
                                                    const safetensors_limits& limits)
 {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        return io_error_from_errno("open", path);
-    }
-    struct stat info {};
-    if (::fstat(fd, &info) != 0) {
-        auto failure = io_error_from_errno("stat", path);
-        ::close(fd);
-        return failure;
-    }
+    BOOST_OUTCOME_TRY(const auto file, detail::open_regular_file(path));
     const read_function read = [&](std::uint8_t* data, std::size_t size, std::uint64_t offset) {
-        return read_exact_at(fd, path, data, size, offset);
+        return read_exact_at(file.fd, path, data, size, offset);
     };
-    auto record = import_from(path.string(), static_cast<std::uint64_t>(info.st_size), read, limits);
-    ::close(fd);
+    auto record = import_from(path.string(), file.size, read, limits);
+    ::close(file.fd);
     return record;
 }
 

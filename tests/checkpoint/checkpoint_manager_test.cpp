@@ -16,8 +16,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 
 namespace {
 
@@ -371,6 +373,63 @@ BOOST_AUTO_TEST_CASE(async_save_reports_snapshot_and_write_failures)
     BOOST_REQUIRE(ruda::test::run_until(io, [&] { return waited.has_value(); }));
     BOOST_TEST(waited->error() == errc::io_error);
     BOOST_TEST(!manager.latest_step().value().has_value());
+}
+
+BOOST_AUTO_TEST_CASE(a_second_manager_on_the_directory_is_refused_naming_the_holder)
+{
+    const temp_dir dir;
+    std::optional<ruda::checkpoint_manager> first{std::in_place, dir.path()};
+    BOOST_REQUIRE(first->save(1, contents_of(1)));
+    ruda::checkpoint_manager second{dir.path()};
+    const auto refused = second.save(2, contents_of(2));
+    BOOST_REQUIRE(!refused);
+    BOOST_TEST(refused.error() == errc::directory_in_use);
+    const auto& message = refused.error().message();
+    BOOST_TEST(message.find("pid " + std::to_string(::getpid())) != std::string::npos);
+    BOOST_TEST(message.find(dir.path().string()) != std::string::npos);
+    BOOST_TEST(step_in(second.load_latest().value()) == 1U); // loads take no lock
+    BOOST_TEST(tmp_files(dir.path()).empty());
+    first.reset(); // releases the directory
+    BOOST_REQUIRE(second.save(2, contents_of(2)));
+    BOOST_TEST(step_in(second.load_latest().value()) == 2U);
+}
+
+BOOST_AUTO_TEST_CASE(a_killed_holder_leaves_no_lock_behind)
+{
+    const temp_dir dir;
+    int saved[2];
+    BOOST_REQUIRE(::pipe(saved) == 0);
+    const pid_t child = ::fork();
+    BOOST_REQUIRE(child >= 0);
+    if (child == 0) {
+        ::close(saved[0]);
+        ruda::checkpoint_manager holder{dir.path()};
+        const bool ok = static_cast<bool>(holder.save(1, contents_of(1)));
+        if (::write(saved[1], ok ? "y" : "n", 1) != 1 || !ok) {
+            std::_Exit(1);
+        }
+        for (;;) {
+            ::pause(); // holds the directory until killed
+        }
+    }
+    ::close(saved[1]);
+    char answer = 0;
+    const bool child_saved = ::read(saved[0], &answer, 1) == 1 && answer == 'y';
+    ::close(saved[0]);
+    {
+        ruda::checkpoint_manager second{dir.path()};
+        const auto refused = second.save(2, contents_of(2));
+        ::kill(child, SIGKILL);
+        int status = 0;
+        BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+        BOOST_REQUIRE(child_saved);
+        BOOST_REQUIRE(!refused);
+        BOOST_TEST(refused.error() == errc::directory_in_use);
+        const auto& message = refused.error().message();
+        BOOST_TEST(message.find("pid " + std::to_string(child)) != std::string::npos);
+        BOOST_REQUIRE(second.save(2, contents_of(2))); // the kernel dropped the dead holder's lock
+        BOOST_TEST(step_in(second.load_latest().value()) == 2U);
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -113,7 +113,11 @@ struct checkpoint_manager_options {
 };
 
 /// Manages `directory`: `step-<20 digits>.ruda` files, a `latest` file naming the newest
-/// durable one, and `*.tmp` files of writes in progress. One manager per directory.
+/// durable one, and `*.tmp` files of writes in progress. One manager per directory: from its
+/// first save a manager holds an exclusive lock on `directory/.lock` (`flock`, which the kernel
+/// releases when the process ends, however it ends), and a save by a second manager, in this
+/// process or another, fails with `errc::directory_in_use` naming the holder's pid and host.
+/// Loads take no lock.
 ///
 ///     ruda::checkpoint_manager manager{"checkpoints", {.keep_last = 5}};
 ///     auto pending = co_await manager.async_save<B>(step, grads, std::move(state), {},
@@ -133,7 +137,7 @@ public:
 
     /// Saves `contents` as `step`, durably; then moves "latest" to it, applies retention and
     /// removes stale temporary files. A failure leaves the previous checkpoints and "latest"
-    /// as they were.
+    /// as they were. `errc::directory_in_use` if another manager holds the directory.
     [[nodiscard]] result<saved_checkpoint> save(std::uint64_t step, const checkpoint& contents);
 
     /// Snapshots `grads` (handles captured by this call, like `to_record_async<B>`) into
@@ -159,11 +163,13 @@ public:
 private:
     pending_save queue_write(std::uint64_t step, checkpoint contents);
     std::optional<error> after_save(std::uint64_t step);
+    result<void> hold_directory();
 
     std::filesystem::path directory_;
     checkpoint_manager_options options_;
     file_ops& ops_;
     std::mutex save_mutex_; // one save at a time, synchronous or queued
+    int lock_fd_ = -1;      // the directory's lock, held from the first save
     boost::asio::thread_pool writer_{1};
 };
 

@@ -18,7 +18,8 @@ public:
     file_ops& operator=(const file_ops&) = delete;
     virtual ~file_ops() = default;
 
-    /// Creates (or truncates) `path` for writing; a file descriptor.
+    /// Creates `path` for writing, exclusively and without following a link: whatever is
+    /// already there (a stale file, a planted link) is removed first; a file descriptor.
     virtual result<int> create(const std::filesystem::path& path);
     /// Writes up to `size` bytes at the file position; how many it wrote (at least 1).
     virtual result<std::size_t> write(int fd, const void* data, std::size_t size);
