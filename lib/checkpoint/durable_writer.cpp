@@ -3,6 +3,8 @@
 // previous state remains.
 #include <ruda/checkpoint/detail/durable_writer.hpp>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -28,6 +30,11 @@ durable_writer::durable_writer(std::filesystem::path path, file_ops& ops, int fd
     : path_(std::move(path)), temporary_(temporary_path(path_)), ops_(ops), fd_(fd)
 {
     buffer_.reserve(buffer_size);
+    struct stat info {};
+    if (::fstat(fd, &info) == 0) {
+        device_ = static_cast<std::uint64_t>(info.st_dev);
+        inode_ = static_cast<std::uint64_t>(info.st_ino);
+    }
 }
 
 durable_writer::~durable_writer()
@@ -35,9 +42,19 @@ durable_writer::~durable_writer()
     if (fd_ >= 0) {
         (void)ops_.close(fd_);
     }
-    if (!committed_) {
+    if (!committed_ && still_ours()) { // never another save's temporary file
         (void)ops_.remove(temporary_);
     }
+}
+
+bool durable_writer::still_ours() const noexcept
+{
+    struct stat info {};
+    if (::lstat(temporary_.c_str(), &info) != 0) {
+        return false;
+    }
+    return inode_ == 0 || (static_cast<std::uint64_t>(info.st_dev) == device_ &&
+                           static_cast<std::uint64_t>(info.st_ino) == inode_);
 }
 
 error durable_writer::fail(const error& cause) const
@@ -101,6 +118,10 @@ result<void> durable_writer::commit()
     const int fd = std::exchange(fd_, -1);
     if (auto closed = ops_.close(fd); !closed) {
         return fail(closed.error());
+    }
+    if (!still_ours()) { // renaming would publish another save's unfinished file
+        return fail(error{errc::io_error, "another save to the same path replaced the temporary "
+                                          "file " + temporary_.string()});
     }
     if (auto renamed = ops_.rename(temporary_, path_); !renamed) {
         return fail(renamed.error());

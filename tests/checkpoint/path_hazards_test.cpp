@@ -1,7 +1,8 @@
 // Paths that are not what a load or a save expects: a FIFO, a socket, a device or a directory
 // where a checkpoint, a safetensors file or `latest` should be is refused at once (a watchdog
 // ends the program if anything blocks); a link or a file planted at a save's temporary name is
-// replaced, never written through.
+// replaced, never written through, and a save whose temporary file another save replaced
+// fails rather than publish that unfinished file.
 #include "../support/async_test.hpp"
 #include "checkpoint_test_support.hpp"
 
@@ -17,8 +18,14 @@
 #include <sys/un.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <functional>
+#include <mutex>
+#include <optional>
 #include <sstream>
+#include <thread>
+#include <utility>
 
 namespace {
 
@@ -152,6 +159,88 @@ BOOST_AUTO_TEST_CASE(a_link_or_file_planted_at_the_temporary_name_is_replaced_no
     BOOST_TEST(says(saved.error(), "Saving " + path.string()));
     BOOST_TEST((ruda::test::read_bytes(path) == previous));
     BOOST_TEST(std::filesystem::is_directory(temporary));
+}
+
+// Runs a hook, once, when a save reaches its first fsync or its first pwrite.
+class hooked_ops : public ruda::file_ops {
+public:
+    std::function<void()> at_fsync;
+    std::function<void()> at_pwrite;
+
+    ruda::result<void> fsync(int fd) override
+    {
+        if (at_fsync) {
+            std::exchange(at_fsync, nullptr)();
+        }
+        return ruda::file_ops::fsync(fd);
+    }
+    ruda::result<void> pwrite(int fd, const void* data, std::size_t size,
+                              std::uint64_t offset) override
+    {
+        if (at_pwrite) {
+            std::exchange(at_pwrite, nullptr)();
+        }
+        return ruda::file_ops::pwrite(fd, data, size, offset);
+    }
+};
+
+BOOST_AUTO_TEST_CASE(two_saves_to_one_path_at_once_never_publish_an_unfinished_file)
+{
+    const temp_dir dir;
+    const watchdog guard{"two interleaved saves", std::chrono::seconds(30)};
+    const auto path = dir / "c.ruda";
+    const auto numbered = [](std::uint64_t step) {
+        ruda::checkpoint c{ruda::test::valid_sample()};
+        c.put("step", step).value();
+        return c;
+    };
+    BOOST_REQUIRE(ruda::save_checkpoint_file(path, numbered(0)));
+    const auto previous = ruda::test::read_bytes(path);
+
+    // Save A waits in its fsync while save B creates its temporary file (removing A's) and
+    // waits before its first byte; then A goes on to its rename, and B after A is done.
+    std::mutex mutex;
+    std::condition_variable changed;
+    int stage = 0; // 1: A in fsync; 2: B created its file; 3: A done
+    const auto advance = [&](int to) {
+        {
+            const std::lock_guard lock{mutex};
+            stage = to;
+        }
+        changed.notify_all();
+    };
+    const auto await = [&](int at) {
+        std::unique_lock lock{mutex};
+        changed.wait(lock, [&] { return stage >= at; });
+    };
+    hooked_ops ops_a;
+    ops_a.at_fsync = [&] {
+        advance(1);
+        await(2);
+    };
+    std::optional<ruda::result<std::uint64_t>> saved_a;
+    std::thread a{[&] {
+        saved_a.emplace(ruda::save_checkpoint_file(path, numbered(1), ops_a));
+        advance(3);
+    }};
+    await(1);
+    hooked_ops ops_b;
+    std::vector<std::uint8_t> while_b_unfinished;
+    ops_b.at_pwrite = [&] {
+        advance(2);
+        await(3);
+        while_b_unfinished = ruda::test::read_bytes(path);
+    };
+    const auto saved_b = ruda::save_checkpoint_file(path, numbered(2), ops_b);
+    a.join();
+
+    BOOST_REQUIRE(!*saved_a); // its temporary file was no longer its own
+    BOOST_TEST(saved_a->error() == errc::io_error);
+    BOOST_TEST(says(saved_a->error(), "another save to the same path"));
+    BOOST_TEST((while_b_unfinished == previous)); // nothing unfinished was published
+    BOOST_REQUIRE(saved_b);
+    BOOST_TEST((ruda::load_checkpoint_file(path).value() == numbered(2)));
+    BOOST_TEST(!std::filesystem::exists(dir / "c.ruda.tmp"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

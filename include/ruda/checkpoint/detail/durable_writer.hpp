@@ -55,6 +55,9 @@ private:
     result<void> flush();
     result<void> write_all(std::span<const std::uint8_t> bytes);
     error fail(const error& cause) const;
+    // Whether the temporary name still names the file this writer created: another save to
+    // the same path removes a temporary file it finds there and creates its own.
+    [[nodiscard]] bool still_ours() const noexcept;
 
     std::filesystem::path path_;
     std::filesystem::path temporary_;
@@ -65,6 +68,8 @@ private:
     std::uint64_t written_ = 0;   // bytes handed to the file by appends
     std::uint64_t writeback_ = 0; // appended bytes before this offset are in writeback
     bool committed_ = false;
+    std::uint64_t device_ = 0; // the temporary file's identity when created
+    std::uint64_t inode_ = 0;
 };
 
 } // namespace ruda::detail
