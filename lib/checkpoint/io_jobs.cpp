@@ -27,7 +27,7 @@ unsigned io_threads(unsigned asked, std::uint64_t bytes) noexcept
 }
 
 result<void> run_jobs(std::size_t count, unsigned threads,
-                      const std::function<result<void>(std::size_t, unsigned)> &job)
+                      const std::function<result<void>(std::size_t, unsigned)>& job)
 {
     std::atomic<std::size_t> next{0};
     std::atomic<bool> stop{false};
@@ -68,12 +68,12 @@ result<void> run_jobs(std::size_t count, unsigned threads,
     for (unsigned w = 1; w <= helpers; ++w) {
         try {
             started.emplace_back(work, w);
-        } catch (const std::system_error &) {
+        } catch (const std::system_error&) {
             break; // no more threads: the ones we have do the work
         }
     }
     work(0);
-    for (std::thread &t : started) {
+    for (std::thread& t : started) {
         t.join();
     }
     if (exception) {

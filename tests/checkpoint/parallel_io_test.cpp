@@ -47,7 +47,7 @@ ruda::checkpoint mixed_checkpoint()
     return c;
 }
 
-const ruda::checkpoint &sample()
+const ruda::checkpoint& sample()
 {
     static const ruda::checkpoint c = mixed_checkpoint();
     return c;
@@ -59,7 +59,7 @@ class failing_pwrite : public ruda::file_ops {
     explicit failing_pwrite(int fail_at) : fail_at_(fail_at) {}
     std::atomic<int> pwrites{0};
 
-    ruda::result<void> pwrite(int fd, const void *data, std::size_t size,
+    ruda::result<void> pwrite(int fd, const void* data, std::size_t size,
                               std::uint64_t offset) override
     {
         if (++pwrites == fail_at_) {
@@ -77,7 +77,7 @@ class meeting_pwrite : public ruda::file_ops {
   public:
     bool met = false;
 
-    ruda::result<void> pwrite(int fd, const void *data, std::size_t size,
+    ruda::result<void> pwrite(int fd, const void* data, std::size_t size,
                               std::uint64_t offset) override
     {
         {
@@ -99,10 +99,10 @@ class meeting_pwrite : public ruda::file_ops {
 };
 
 // Where the payload of parameter `id` lies in a saved file.
-ruda::payload_location payload_of(const std::filesystem::path &path, std::uint64_t id)
+ruda::payload_location payload_of(const std::filesystem::path& path, std::uint64_t id)
 {
     const auto reader = ruda::checkpoint_reader::open(path).value();
-    for (const auto &entry : reader.index().entries) {
+    for (const auto& entry : reader.index().entries) {
         if (entry.id == id) {
             return entry.payload;
         }
@@ -110,7 +110,7 @@ ruda::payload_location payload_of(const std::filesystem::path &path, std::uint64
     throw std::logic_error("no such parameter");
 }
 
-ruda::result<ruda::checkpoint> load_with_readers(const std::filesystem::path &path,
+ruda::result<ruda::checkpoint> load_with_readers(const std::filesystem::path& path,
                                                  unsigned readers)
 {
     ruda::checkpoint_load_options options;

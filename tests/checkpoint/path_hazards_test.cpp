@@ -39,7 +39,7 @@ struct hazard {
     std::string kind;
 };
 
-std::vector<hazard> hazards(const temp_dir &dir)
+std::vector<hazard> hazards(const temp_dir& dir)
 {
     const auto fifo = dir / "fifo";
     BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
@@ -59,7 +59,7 @@ std::vector<hazard> hazards(const temp_dir &dir)
             {dir / "directory", "a directory"}};
 }
 
-bool says(const ruda::error &e, const std::string &words)
+bool says(const ruda::error& e, const std::string& words)
 {
     return e.message().find(words) != std::string::npos;
 }
@@ -72,7 +72,7 @@ BOOST_AUTO_TEST_CASE(loads_and_imports_refuse_what_is_not_a_regular_file_at_once
 {
     const temp_dir dir;
     const watchdog guard{"opening what is not a regular file", std::chrono::seconds(30)};
-    for (const hazard &h : hazards(dir)) {
+    for (const hazard& h : hazards(dir)) {
         BOOST_TEST_CONTEXT(h.path << " (" << h.kind << ")")
         {
             const auto loaded = ruda::load_checkpoint_file(h.path);

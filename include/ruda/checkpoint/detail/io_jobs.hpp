@@ -22,6 +22,6 @@ inline constexpr std::uint64_t parallel_min_bytes = std::uint64_t{16} << 20U;
 /// error of the lowest failed job is returned, so the outcome never depends on the timing.
 /// An exception from a job is rethrown here. Fewer threads work if the system refuses more.
 [[nodiscard]] result<void> run_jobs(std::size_t count, unsigned threads,
-                                    const std::function<result<void>(std::size_t, unsigned)> &job);
+                                    const std::function<result<void>(std::size_t, unsigned)>& job);
 
 } // namespace ruda::detail

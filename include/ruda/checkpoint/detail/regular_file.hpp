@@ -17,6 +17,6 @@ struct regular_file {
 /// Opens `path` for reading. `errc::malformed_record` "not a regular file (a FIFO)" for a
 /// directory, FIFO, socket or device, without blocking and without reading it;
 /// `errc::io_error` if it cannot be opened. The message names `path`.
-[[nodiscard]] result<regular_file> open_regular_file(const std::filesystem::path &path);
+[[nodiscard]] result<regular_file> open_regular_file(const std::filesystem::path& path);
 
 } // namespace ruda::detail
