@@ -584,6 +584,17 @@ int main(int argc, char** argv)
     const double snapshot_ratio = median(fresh_copy_times) / median(snapshot_times);
     const double save_ratio = median(raw_write_times) / median(save_times);
     const double load_ratio = median(raw_read_times) / median(load_times);
+    // One row per number of writers (readers) measured, against the one-thread baseline.
+    const auto sweep_rows = [&](const std::string& prefix, const char* what, const char* thread,
+                                double baseline) {
+        for (const unsigned n : parallel_counts) {
+            if (const auto found = times.find(prefix + std::to_string(n)); found != times.end()) {
+                const double t = median(found->second);
+                std::printf("| %s, %u %s%s | %.1f | %.2f | %.2fx |\n", what, n, thread,
+                            n == 1 ? "" : "s", t * 1e3, gbs(t), baseline / t);
+            }
+        }
+    };
     std::printf("## %zu tensors x %zu %s (%.3f GiB record, %.2f MiB file), median of %d, in %s\n\n",
                 s.tensors, elements, ruda::to_string(s.dtype).c_str(), record_bytes / gib,
                 file_bytes / (1 << 20), s.reps, dir.c_str());
@@ -603,13 +614,7 @@ int main(int argc, char** argv)
     std::printf("| raw write() + fsync, best of 1, 2, 4, 8 writers (%u) | %.1f | %.2f | %.2fx |\n",
                 best_writers, raw_write_best * 1e3, gbs(raw_write_best),
                 median(raw_write_times) / raw_write_best);
-    for (const unsigned n : parallel_counts) {
-        if (const auto found = times.find("save_writers_" + std::to_string(n)); found != times.end()) {
-            std::printf("| save_checkpoint_file, %u writer%s | %.1f | %.2f | %.2fx |\n", n,
-                        n == 1 ? "" : "s", median(found->second) * 1e3, gbs(median(found->second)),
-                        median(raw_write_times) / median(found->second));
-        }
-    }
+    sweep_rows("save_writers_", "save_checkpoint_file", "writer", median(raw_write_times));
     std::printf("| raw read() into a reused buffer + memcpy into fresh buffers (baseline) | %.1f | %.2f | 1.00x |\n",
                 median(raw_read_times) * 1e3, gbs(median(raw_read_times)));
     std::printf("| load_checkpoint_file + from_record (checksums, validation, restore; %u readers) | %.1f | %.2f | %.2fx |\n",
@@ -617,13 +622,7 @@ int main(int argc, char** argv)
     std::printf("| raw pread() + memcpy, best of 1, 2, 4, 8 readers (%u) | %.1f | %.2f | %.2fx |\n",
                 best_readers, raw_read_best * 1e3, gbs(raw_read_best),
                 median(raw_read_times) / raw_read_best);
-    for (const unsigned n : parallel_counts) {
-        if (const auto found = times.find("load_readers_" + std::to_string(n)); found != times.end()) {
-            std::printf("| load + restore, %u reader%s | %.1f | %.2f | %.2fx |\n", n,
-                        n == 1 ? "" : "s", median(found->second) * 1e3, gbs(median(found->second)),
-                        median(raw_read_times) / median(found->second));
-        }
-    }
+    sweep_rows("load_readers_", "load + restore", "reader", median(raw_read_times));
     std::printf("| the same, mapped (%s) | %.1f | %.2f | %.2fx |\n\n",
                 mapped_immutable ? "immutable file" : "sealed memfd copy",
                 median(mapped_load_times) * 1e3, gbs(median(mapped_load_times)),

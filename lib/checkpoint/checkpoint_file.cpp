@@ -9,8 +9,6 @@
 #include <ruda/tensor/detail/mapped_file.hpp>
 #include <ruda/version.hpp>
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>

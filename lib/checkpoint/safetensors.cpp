@@ -7,8 +7,6 @@
 #include <ruda/optim/param_id.hpp>
 #include <ruda/optim/validate_record.hpp>
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
