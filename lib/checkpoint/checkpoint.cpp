@@ -1,7 +1,8 @@
-// Sections of a checkpoint: unique, bounded names in insertion order.
+// Sections of a checkpoint: unique, bounded UTF-8 names in insertion order, found through an
+// index so that a checkpoint of many sections loads in n log n.
 #include <ruda/checkpoint/checkpoint.hpp>
-
-#include <algorithm>
+#include <ruda/checkpoint/detail/utf8.hpp>
+#include <ruda/optim/validate_record.hpp>
 
 namespace ruda {
 
@@ -12,10 +13,12 @@ result<void> checkpoint::put_bytes(std::string name, std::vector<std::uint8_t> b
                                                  std::to_string(max_name_length) +
                                                  " bytes, not " + std::to_string(name.size())};
     }
-    const auto same = [&name](const checkpoint_section& s) { return s.name == name; };
-    if (const auto found = std::find_if(sections_.begin(), sections_.end(), same);
-        found != sections_.end()) {
-        found->bytes = std::move(bytes);
+    if (!detail::valid_utf8(name)) {
+        return error{errc::malformed_record, "A section name must be UTF-8 text"};
+    }
+    const auto [at, added] = by_name_.try_emplace(name, sections_.size());
+    if (!added) {
+        sections_[at->second].bytes = std::move(bytes);
         return success();
     }
     sections_.push_back({std::move(name), std::move(bytes)});
@@ -24,12 +27,23 @@ result<void> checkpoint::put_bytes(std::string name, std::vector<std::uint8_t> b
 
 const checkpoint_section* checkpoint::find(std::string_view name) const noexcept
 {
-    for (const checkpoint_section& s : sections_) {
-        if (s.name == name) {
-            return &s;
+    const auto at = by_name_.find(name);
+    return at == by_name_.end() ? nullptr : &sections_[at->second];
+}
+
+result<void> validate_for_saving(const gradients_params_record& record)
+{
+    BOOST_OUTCOME_TRY(validate_gradients_record(record));
+    for (const gradient_entry& entry : record.entries()) {
+        if (entry.data.shape().size() > checkpoint::max_rank) {
+            return error{errc::malformed_record,
+                         "Gradient for parameter " + std::to_string(entry.id) + " has " +
+                             std::to_string(entry.data.shape().size()) +
+                             " dimensions; a checkpoint holds at most " +
+                             std::to_string(checkpoint::max_rank)};
         }
     }
-    return nullptr;
+    return success();
 }
 
 } // namespace ruda

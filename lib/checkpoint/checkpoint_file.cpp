@@ -270,6 +270,10 @@ result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
                                            const checkpoint& contents,
                                            const checkpoint_save_options& options, file_ops& ops)
 {
+    // Nothing is written that a load would refuse.
+    if (auto savable = validate_for_saving(contents.gradients()); !savable) {
+        return in_file(path, savable.error());
+    }
     const payload_bytes payloads{contents};
     save_plan plan = plan_save(payloads);
     BOOST_OUTCOME_TRY(auto writer, detail::durable_writer::create(path, ops));

@@ -2,6 +2,7 @@
 // count is compared with the bytes that remain before anything is reserved or read.
 #include <ruda/checkpoint/checkpoint.hpp>
 #include <ruda/checkpoint/detail/frame.hpp>
+#include <ruda/checkpoint/detail/utf8.hpp>
 #include <ruda/version.hpp>
 
 #define XXH_INLINE_ALL
@@ -21,7 +22,6 @@ namespace {
 constexpr std::array<std::uint8_t, 8> preamble_magic{'R', 'U', 'D', 'A', 'C', 'K', 'P', 'T'};
 constexpr std::array<std::uint8_t, 8> trailer_magic{'R', 'U', 'D', 'A', 'E', 'N', 'D', '1'};
 constexpr std::size_t dtype_size = 24;
-constexpr std::size_t max_rank = 64;
 // The least an entry (rank 0) and a section (a 1-byte name) take in the header.
 constexpr std::size_t min_entry_size = 8 + 2 * dtype_size + 8 + 3 * 8;
 constexpr std::size_t min_section_size = 4 + 1 + 3 * 8;
@@ -437,7 +437,7 @@ result<checkpoint_index> decode_header(std::span<const std::uint8_t> header, con
         e.stored = *stored;
         const std::uint32_t rank = r.u32();
         const std::uint32_t reserved = r.u32();
-        if (rank > max_rank || reserved != 0 || rank > r.remaining() / 8) {
+        if (rank > checkpoint::max_rank || reserved != 0 || rank > r.remaining() / 8) {
             return malformed("checkpoint entry " + std::to_string(k) + " (parameter " +
                              std::to_string(e.id) + ") has an invalid rank " +
                              std::to_string(rank));
@@ -458,6 +458,10 @@ result<checkpoint_index> decode_header(std::span<const std::uint8_t> header, con
         }
         const auto name = r.bytes(length);
         checkpoint_section_info s{std::string(name.begin(), name.end()), decode_payload(r)};
+        if (!valid_utf8(s.name)) {
+            return malformed("checkpoint section " + std::to_string(k) +
+                             " has a name that is not UTF-8");
+        }
         if (!names.insert(s.name).second) {
             return malformed("checkpoint has two sections named " + s.name);
         }

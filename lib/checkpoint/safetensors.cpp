@@ -2,8 +2,10 @@
 // any tensor is allocated).
 #include <ruda/checkpoint/safetensors.hpp>
 
+#include <ruda/checkpoint/checkpoint.hpp>
 #include <ruda/checkpoint/detail/durable_writer.hpp>
 #include <ruda/checkpoint/detail/regular_file.hpp>
+#include <ruda/checkpoint/detail/utf8.hpp>
 #include <ruda/optim/param_id.hpp>
 #include <ruda/optim/validate_record.hpp>
 
@@ -19,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <set>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -194,7 +197,8 @@ public:
         return expect('}');
     }
 
-    result<std::vector<std::uint64_t>> integers()
+    // At most `most` of them, so that no array costs more memory than that.
+    result<std::vector<std::uint64_t>> integers(std::size_t most)
     {
         BOOST_OUTCOME_TRY(expect('['));
         std::vector<std::uint64_t> values;
@@ -202,6 +206,9 @@ public:
             return values;
         }
         do {
+            if (values.size() == most) {
+                return fail("at most " + std::to_string(most) + " integers");
+            }
             BOOST_OUTCOME_TRY(auto value, integer());
             values.push_back(value);
         } while (consume(','));
@@ -216,6 +223,9 @@ public:
         while (pos_ < text_.size()) {
             const char c = text_[pos_++];
             if (c == '"') {
+                if (!detail::valid_utf8(out)) {
+                    return fail("UTF-8 text in the string ending");
+                }
                 return out;
             }
             if (static_cast<unsigned char>(c) < 0x20) {
@@ -402,10 +412,10 @@ private:
                 BOOST_OUTCOME_TRY(auto value, cursor.string());
                 type_name = std::move(value);
             } else if (key == "shape" && !dims) {
-                BOOST_OUTCOME_TRY(auto value, cursor.integers());
+                BOOST_OUTCOME_TRY(auto value, cursor.integers(checkpoint::max_rank));
                 dims = std::move(value);
             } else if (key == "data_offsets" && !offsets) {
-                BOOST_OUTCOME_TRY(auto value, cursor.integers());
+                BOOST_OUTCOME_TRY(auto value, cursor.integers(2));
                 offsets = std::move(value);
             } else {
                 return malformed(quoted + " has an unexpected or repeated member \"" + key + "\"");
@@ -445,22 +455,27 @@ private:
     }
 
     // Other keys ("format", "producer") are kept by nobody; "ruda.original_dtype.<name>"
-    // restores the dtype a float gradient had before it was stored.
+    // restores the dtype a float gradient had before it was stored. Tensors are found by name
+    // through a map, so that many keys cost no more than linear time.
     result<void> apply_metadata(const std::vector<std::pair<std::string, std::string>>& metadata,
                                 std::vector<tensor_plan>& plans) const
     {
+        std::unordered_map<std::string_view, tensor_plan*> by_name;
+        by_name.reserve(plans.size());
+        for (tensor_plan& plan : plans) {
+            by_name.emplace(plan.name, &plan);
+        }
         for (const auto& [key, value] : metadata) {
             if (!std::string_view{key}.starts_with(original_dtype_key)) {
                 continue;
             }
             const std::string_view tensor = std::string_view{key}.substr(original_dtype_key.size());
             const auto original = float_dtype_from_name(value);
-            const auto plan = std::find_if(plans.begin(), plans.end(),
-                                           [&](const tensor_plan& p) { return p.name == tensor; });
-            if (!original || plan == plans.end()) {
+            const auto plan = by_name.find(tensor);
+            if (!original || plan == by_name.end()) {
                 return malformed("metadata \"" + key + "\" names no tensor or no float dtype");
             }
-            plan->original = *original;
+            plan->second->original = *original;
         }
         return success();
     }
@@ -549,7 +564,8 @@ result<std::uint64_t> export_safetensors(const gradients_params_record& record,
     std::vector<gradient_entry> entries = record.entries();
     std::sort(entries.begin(), entries.end(),
               [](const gradient_entry& a, const gradient_entry& b) { return a.id < b.id; });
-    BOOST_OUTCOME_TRY(const auto header, header_for(entries));
+    BOOST_OUTCOME_TRY(const auto header, header_for(entries)); // only float dtypes
+    BOOST_OUTCOME_TRY(validate_for_saving(record)); // nothing is written that an import refuses
     BOOST_OUTCOME_TRY(auto writer, detail::durable_writer::create(path, ops));
     BOOST_OUTCOME_TRY(writer->write(little_endian(header.size())));
     BOOST_OUTCOME_TRY(writer->write(

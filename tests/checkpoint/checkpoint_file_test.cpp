@@ -382,6 +382,66 @@ BOOST_AUTO_TEST_CASE(impossible_counts_dtypes_ranks_and_names_are_refused)
     ruda::test::write_bytes(path, whole);
     ruda::test::rewrite(path, [](auto& i) { i.sections[1].name = std::string(256, 'n'); });
     expect_error(path, errc::malformed_record, "name of invalid length 256");
+    ruda::test::write_bytes(path, whole);
+    ruda::test::rewrite(path, [](auto& i) { i.sections[1].name = "caf\xe9"; });
+    expect_error(path, errc::malformed_record, "section 1 has a name that is not UTF-8");
+}
+
+BOOST_AUTO_TEST_CASE(a_save_refuses_what_a_load_would_reject_before_writing_a_byte)
+{
+    const temp_dir dir;
+    const auto path = dir / "bad.ruda";
+    const auto f32 = ruda::dtype::f32();
+    const auto q4 = ruda::test::quantized(ruda::quant_value::q4f, ruda::quant_param::f32,
+                                          ruda::quant_store::packed_u32(2));
+    const std::size_t huge = std::size_t{1} << 40U;
+    struct refused {
+        const char* what;
+        ruda::gradients_params_record record;
+        errc code;
+        const char* text;
+    };
+    const std::vector<refused> cases{
+        {"duplicate ids",
+         ruda::gradients_params_record{{{1, f32, ruda::test::patterned(4, {1}, f32)},
+                                        {1, f32, ruda::test::patterned(4, {1}, f32)}}},
+         errc::duplicate_param_id, "Duplicate gradient parameter ID 1"},
+        {"bytes that do not match the shape",
+         ruda::gradients_params_record{{{2, f32, ruda::test::patterned(12, {2, 2}, f32)}}},
+         errc::byte_count_mismatch, "parameter 2: expected 16, got 12"},
+        {"a dtype the stored one cannot restore",
+         ruda::gradients_params_record{{{3, f32, ruda::test::patterned(4, {1}, ruda::dtype::i32())}}},
+         errc::invalid_dtype, "Invalid gradient dtype for parameter 3"},
+        {"a quantized layout past the rank",
+         ruda::gradients_params_record{{{4, q4, ruda::test::patterned(8, {2, 2}, q4)}}},
+         errc::invalid_quantization, "parameter 4: packing dimension exceeds tensor rank"},
+        {"a shape that overflows",
+         ruda::gradients_params_record{{{5, f32, ruda::tensor_data{{}, {huge, huge}, f32}}}},
+         errc::shape_overflow, "Gradient shape overflows for parameter 5"},
+        {"65 dimensions",
+         ruda::gradients_params_record{
+             {{6, f32, ruda::test::patterned(4, ruda::shape(65, 1), f32)}}},
+         errc::malformed_record, "parameter 6 has 65 dimensions; a checkpoint holds at most 64"},
+    };
+    for (const refused& c : cases) {
+        BOOST_TEST_CONTEXT(c.what)
+        {
+            faulty_ops counting;
+            const auto saved = ruda::save_checkpoint_file(path, ruda::checkpoint{c.record}, counting);
+            BOOST_REQUIRE(!saved);
+            BOOST_TEST(saved.error() == c.code);
+            BOOST_TEST(saved.error().message().starts_with("Checkpoint " + path.string() + ": "));
+            BOOST_TEST(saved.error().message().find(c.text) != std::string::npos,
+                       saved.error().message());
+            BOOST_TEST(counting.calls == 0); // not even the temporary file was created
+            BOOST_TEST(std::filesystem::is_empty(dir.path()));
+        }
+    }
+    // 64 dimensions are the most a load takes, and they save.
+    BOOST_CHECK(ruda::save_checkpoint_file(
+        path, ruda::checkpoint{ruda::gradients_params_record{
+                  {{6, f32, ruda::test::patterned(4, ruda::shape(64, 1), f32)}}}}));
+    BOOST_CHECK(ruda::load_checkpoint_file(path));
 }
 
 BOOST_AUTO_TEST_CASE(a_sound_frame_with_an_invalid_record_fails_restore_validation)

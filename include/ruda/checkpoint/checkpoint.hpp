@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,6 +36,8 @@ class checkpoint {
 public:
     /// Longest section name, in bytes.
     static constexpr std::size_t max_name_length = 255;
+    /// Most dimensions a gradient may have to be saved.
+    static constexpr std::size_t max_rank = 64;
 
     checkpoint() = default;
     explicit checkpoint(gradients_params_record gradients) : gradients_(std::move(gradients)) {}
@@ -43,7 +47,8 @@ public:
     void set_gradients(gradients_params_record gradients) { gradients_ = std::move(gradients); }
 
     /// Serializes `value` into section `name`, replacing a section of that name.
-    /// `errc::malformed_record` for an empty or over-long name or a value cereal cannot save.
+    /// `errc::malformed_record` for a name that is empty, over-long or not UTF-8, or a value
+    /// cereal cannot save.
     template <class T>
     result<void> put(std::string name, const T& value)
     {
@@ -82,7 +87,8 @@ public:
         return success();
     }
 
-    /// Stores already serialized bytes under `name` (what a loaded checkpoint holds).
+    /// Stores already serialized bytes under `name` (what a loaded checkpoint holds). Takes
+    /// logarithmic time, like `find`, whatever the number of sections.
     result<void> put_bytes(std::string name, std::vector<std::uint8_t> bytes);
 
     [[nodiscard]] const checkpoint_section* find(std::string_view name) const noexcept;
@@ -96,6 +102,12 @@ public:
 private:
     gradients_params_record gradients_{{}};
     std::vector<checkpoint_section> sections_;
+    std::map<std::string, std::size_t, std::less<>> by_name_; // index into sections_
 };
+
+/// The checks a load makes on a record, made by every save before it writes a byte, with the
+/// load's error codes: `validate_gradients_record`, then at most `checkpoint::max_rank`
+/// dimensions (`errc::malformed_record`). So no save leaves a file that cannot load.
+[[nodiscard]] result<void> validate_for_saving(const gradients_params_record& record);
 
 } // namespace ruda

@@ -139,6 +139,48 @@ void CEREAL_LOAD_FUNCTION_NAME(section_input_archive& ar, cereal::BinaryData<T>&
     ar.load_binary(bd.data, static_cast<std::size_t>(bd.size));
 }
 
+// A vector's size is checked in bytes. Arithmetic elements are read in bulk once the bytes
+// they need are known to remain. Other elements (whose size in the input cereal cannot know)
+// are read one at a time, the vector growing only by elements actually read, so a claimed
+// size never makes it allocate more than a small multiple of the input: cereal's own load
+// resizes to the claimed count first, which for large elements is many times the input.
+template <class T, class A>
+void CEREAL_LOAD_FUNCTION_NAME(section_input_archive& ar, std::vector<T, A>& vector)
+{
+    cereal::size_type count = 0;
+    ar(cereal::make_size_tag(count));
+    vector.clear();
+    if constexpr (std::is_arithmetic_v<T>) {
+        if (count > ar.remaining() / sizeof(T)) {
+            throw cereal::Exception("ruda section: a vector of " + std::to_string(count) + " " +
+                                    std::to_string(sizeof(T)) + "-byte values with " +
+                                    std::to_string(ar.remaining()) + " bytes left");
+        }
+        vector.resize(static_cast<std::size_t>(count));
+        ar(cereal::binary_data(vector.data(), static_cast<std::size_t>(count) * sizeof(T)));
+    } else {
+        for (cereal::size_type i = 0; i < count; ++i) {
+            T element{};
+            ar(element);
+            vector.push_back(std::move(element));
+        }
+    }
+}
+
+// A bool is one byte in the input, one bit in the vector: read one at a time like the above.
+template <class A>
+void CEREAL_LOAD_FUNCTION_NAME(section_input_archive& ar, std::vector<bool, A>& vector)
+{
+    cereal::size_type count = 0;
+    ar(cereal::make_size_tag(count));
+    vector.clear();
+    for (cereal::size_type i = 0; i < count; ++i) {
+        bool element = false;
+        ar(element);
+        vector.push_back(element);
+    }
+}
+
 } // namespace ruda
 
 CEREAL_REGISTER_ARCHIVE(ruda::section_output_archive)
