@@ -3,6 +3,7 @@
 #include "inspect.hpp"
 
 #include <ruda/checkpoint/checkpoint_file.hpp>
+#include <ruda/checkpoint/checkpoint_manager.hpp>
 #include <ruda/checkpoint/safetensors.hpp>
 
 #include <algorithm>
@@ -21,7 +22,10 @@ constexpr const char* usage =
     "  Lists the gradients (id, dtype, stored dtype, shape, bytes, checksum) and sections of\n"
     "  each checkpoint file (a directory: its *.ruda files).\n"
     "  --json    the same as JSON\n"
-    "  --verify  one line per file; exit 1 unless every file loads completely\n"
+    "  --verify  one line per file; exit 1 unless every file loads completely. For a\n"
+    "            directory of checkpoints, also the step \"latest\" names and the newest\n"
+    "            checkpoint that loads (what load_newest_valid returns), with the newer ones\n"
+    "            passed over and why\n"
     "  --export-safetensors OUT  writes the gradients of checkpoint FILE to OUT as safetensors,\n"
     "            each tensor named by its parameter id (after a full, verified load)\n";
 
@@ -208,6 +212,44 @@ std::vector<std::filesystem::path> expand(const std::vector<std::string>& names)
     return files;
 }
 
+// What a checkpoint manager would make of directory `dir`, from the reports of its files (which
+// were loaded completely, like load_newest_valid loads them): the step "latest" names and the
+// newest checkpoint that loads, with each newer one passed over.
+void print_directory(const std::filesystem::path& dir, const std::vector<report>& reports,
+                     std::ostream& out)
+{
+    const checkpoint_manager manager{dir};
+    const auto steps = manager.steps();
+    if (steps.empty()) {
+        return;
+    }
+    const auto problem_of = [&](std::uint64_t step) -> std::optional<std::string> {
+        const auto found = std::find_if(reports.begin(), reports.end(), [&](const report& r) {
+            return r.file == manager.path_of(step);
+        });
+        return found == reports.end() ? "not inspected" : found->problem;
+    };
+    const auto latest = manager.latest_step();
+    out << dir.string() << ": ";
+    if (!latest) {
+        out << latest.error().message() << "\n";
+    } else if (!latest.value()) {
+        out << "no \"latest\"\n";
+    } else {
+        out << "\"latest\" names step " << *latest.value()
+            << (problem_of(*latest.value()) ? ", which does not load" : "") << "\n";
+    }
+    for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
+        const auto problem = problem_of(*step);
+        if (!problem) {
+            out << dir.string() << ": the newest checkpoint that loads is step " << *step << "\n";
+            return;
+        }
+        out << dir.string() << ": passed over step " << *step << ": " << *problem << "\n";
+    }
+    out << dir.string() << ": no checkpoint loads\n";
+}
+
 // Loads `file` completely (every check a load makes) and writes its gradients to `out_path`.
 int export_safetensors_of(const std::filesystem::path& file, const std::filesystem::path& out_path,
                           std::ostream& out)
@@ -277,6 +319,12 @@ int inspect_main(const std::vector<std::string>& args, std::ostream& out)
                 out << r.file.string() << ": ok (" << r.index->entries.size() << " gradients, "
                     << r.index->sections.size() << " sections, " << r.index->file_length
                     << " bytes)\n";
+            }
+        }
+        for (const std::string& name : names) {
+            std::error_code ec;
+            if (std::filesystem::is_directory(name, ec)) {
+                print_directory(name, reports, out);
             }
         }
     } else {

@@ -251,7 +251,33 @@ result<checkpoint> checkpoint_manager::load_latest(const checkpoint_load_options
     if (!step) {
         return error{errc::io_error, "No checkpoint in " + directory_.string() + " yet"};
     }
-    return load(*step, options);
+    auto loaded = load(*step, options);
+    if (!loaded) {
+        return error{loaded.error().code(),
+                     "The checkpoint \"latest\" names (step " + std::to_string(*step) +
+                         ") does not load: " + loaded.error().message() +
+                         "; load_newest_valid() finds the newest one that does"};
+    }
+    return loaded;
+}
+
+result<newest_valid_checkpoint>
+checkpoint_manager::load_newest_valid(const checkpoint_load_options& options) const
+{
+    std::vector<skipped_checkpoint> skipped;
+    auto candidates = steps();
+    for (auto step = candidates.rbegin(); step != candidates.rend(); ++step) {
+        auto loaded = load(*step, options);
+        if (loaded) {
+            return newest_valid_checkpoint{*step, std::move(loaded).value(), std::move(skipped)};
+        }
+        skipped.push_back({*step, std::move(loaded).error()});
+    }
+    std::string why = "No checkpoint in " + directory_.string() + " loads";
+    for (const skipped_checkpoint& s : skipped) {
+        why += "; step " + std::to_string(s.step) + ": " + s.why.message();
+    }
+    return error{errc::io_error, why};
 }
 
 std::vector<std::uint64_t> checkpoint_manager::steps() const

@@ -188,6 +188,73 @@ BOOST_AUTO_TEST_CASE(a_bad_latest_pointer_is_an_error)
     BOOST_TEST(manager.load_latest().error() == errc::malformed_record);
 }
 
+BOOST_AUTO_TEST_CASE(latest_never_names_a_checkpoint_that_cannot_load)
+{
+    const temp_dir dir;
+    ruda::checkpoint_manager manager{dir.path()};
+    BOOST_REQUIRE(manager.save(1, contents_of(1)));
+    const auto f32 = ruda::dtype::f32();
+    ruda::checkpoint twice{ruda::gradients_params_record{
+        {{7, f32, ruda::test::patterned(4, {1}, f32)}, {7, f32, ruda::test::patterned(4, {1}, f32)}}}};
+    const auto refused = manager.save(2, twice);
+    BOOST_TEST(refused.error() == errc::duplicate_param_id);
+    BOOST_TEST((manager.latest_step().value() == std::optional<std::uint64_t>{1}));
+    BOOST_TEST(manager.steps() == (std::vector<std::uint64_t>{1}));
+    BOOST_TEST(tmp_files(dir.path()).empty());
+    BOOST_TEST(step_in(manager.load_latest().value()) == 1U);
+}
+
+BOOST_AUTO_TEST_CASE(a_damaged_latest_is_reported_and_the_newest_valid_one_found)
+{
+    const temp_dir dir;
+    ruda::checkpoint_manager manager{dir.path(), {.keep_last = 4}};
+    for (std::uint64_t step = 1; step <= 4; ++step) {
+        BOOST_REQUIRE(manager.save(step, contents_of(step)));
+    }
+    const auto newest = manager.load_newest_valid();
+    BOOST_REQUIRE(newest);
+    BOOST_TEST(newest.value().step == 4U);
+    BOOST_TEST(newest.value().skipped.empty());
+
+    // Step 4 (the latest) loses a byte of a payload, step 3 is cut short.
+    auto damaged = ruda::test::read_bytes(manager.path_of(4));
+    damaged[100] ^= 0x40U;
+    ruda::test::write_bytes(manager.path_of(4), damaged);
+    auto cut = ruda::test::read_bytes(manager.path_of(3));
+    cut.resize(cut.size() / 2);
+    ruda::test::write_bytes(manager.path_of(3), cut);
+
+    const auto latest = manager.load_latest();
+    BOOST_TEST(latest.error() == errc::checksum_mismatch);
+    BOOST_TEST(latest.error().message().find("The checkpoint \"latest\" names (step 4) does not "
+                                             "load: ") == 0U);
+    BOOST_TEST(latest.error().message().find("load_newest_valid()") != std::string::npos);
+
+    const auto found = manager.load_newest_valid();
+    BOOST_REQUIRE(found);
+    BOOST_TEST(found.value().step == 2U);
+    BOOST_TEST((found.value().contents == contents_of(2)));
+    BOOST_REQUIRE(found.value().skipped.size() == 2U);
+    BOOST_TEST(found.value().skipped[0].step == 4U);
+    BOOST_TEST(found.value().skipped[0].why == errc::checksum_mismatch);
+    BOOST_TEST(found.value().skipped[1].step == 3U);
+    BOOST_TEST(found.value().skipped[1].why == errc::malformed_record);
+
+    // A file newer than "latest" (a crash before "latest" moved) that loads is the newest.
+    BOOST_REQUIRE(ruda::save_checkpoint_file(manager.path_of(5), contents_of(5)));
+    BOOST_TEST(manager.load_newest_valid().value().step == 5U);
+
+    // None loads: an error naming each.
+    for (const std::uint64_t step : manager.steps()) {
+        ruda::test::write_bytes(manager.path_of(step), {'x'});
+    }
+    const auto none = manager.load_newest_valid();
+    BOOST_TEST(none.error() == errc::io_error);
+    BOOST_TEST(none.error().message().find("No checkpoint in " + dir.path().string() +
+                                           " loads; step 5: ") == 0U);
+    BOOST_TEST(none.error().message().find("; step 1: ") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(the_next_save_removes_stale_temporary_files)
 {
     const temp_dir dir;

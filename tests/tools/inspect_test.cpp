@@ -5,6 +5,7 @@
 #include <inspect.hpp>
 
 #include <cereal/archives/json.hpp> // rapidjson, configured as cereal configures it
+#include <ruda/checkpoint/checkpoint_manager.hpp>
 #include <ruda/checkpoint/safetensors.hpp>
 
 #include <boost/test/unit_test.hpp>
@@ -102,6 +103,36 @@ BOOST_AUTO_TEST_CASE(verify_gives_one_line_per_file_and_the_exit_status)
     BOOST_TEST(foreign.status == 1);
     BOOST_TEST(contains(foreign.out, "not a ruda checkpoint"));
     BOOST_TEST(inspect({"--verify", (dir / "none.ruda").string()}).status == 1);
+}
+
+BOOST_AUTO_TEST_CASE(verify_of_a_checkpoint_directory_shows_latest_and_the_newest_that_loads)
+{
+    const temp_dir dir;
+    {
+        ruda::checkpoint_manager manager{dir.path(), {.keep_last = 3}};
+        for (std::uint64_t step = 1; step <= 3; ++step) {
+            ruda::checkpoint c{ruda::test::valid_sample()};
+            c.put("step", step).value();
+            BOOST_REQUIRE(manager.save(step, c));
+        }
+    }
+    const std::string d = dir.path().string();
+    const auto sound = inspect({"--verify", d});
+    BOOST_TEST(sound.status == 0);
+    BOOST_TEST(contains(sound.out, d + ": \"latest\" names step 3\n" + d +
+                                       ": the newest checkpoint that loads is step 3\n"));
+
+    const ruda::checkpoint_manager manager{dir.path()};
+    corrupt_first_payload(manager.path_of(3));
+    const auto damaged = inspect({"--verify", d});
+    BOOST_TEST(damaged.status == 1);
+    BOOST_TEST(contains(damaged.out,
+                        d + ": \"latest\" names step 3, which does not load\n" + d +
+                            ": passed over step 3: Checkpoint " + manager.path_of(3).string() +
+                            ": checksum mismatch in the gradient of parameter 1\n" + d +
+                            ": the newest checkpoint that loads is step 2\n"),
+               damaged.out);
+    BOOST_TEST(manager.load_newest_valid().value().step == 2U); // what the library returns
 }
 
 BOOST_AUTO_TEST_CASE(verify_also_validates_the_record)

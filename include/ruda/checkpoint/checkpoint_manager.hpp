@@ -43,6 +43,21 @@ struct saved_checkpoint {
     std::optional<error> cleanup_failure;
 };
 
+/// A checkpoint newer than the one `load_newest_valid` returned, passed over because it does
+/// not load.
+struct skipped_checkpoint {
+    std::uint64_t step;
+    error why;
+};
+
+/// What `load_newest_valid` found: the newest checkpoint that loads, and the newer ones that
+/// did not, newest first.
+struct newest_valid_checkpoint {
+    std::uint64_t step;
+    checkpoint contents;
+    std::vector<skipped_checkpoint> skipped;
+};
+
 namespace detail {
 
 // The durable completion of one asynchronous save, shared by its waiters and the writer.
@@ -153,8 +168,17 @@ public:
     /// The checkpoint of `step`, verified and validated (see `checkpoint_reader`).
     [[nodiscard]] result<checkpoint> load(std::uint64_t step,
                                           const checkpoint_load_options& options = {}) const;
-    /// The checkpoint "latest" names; `errc::io_error` when there is none yet.
+    /// The checkpoint "latest" names; `errc::io_error` when there is none yet. When that file
+    /// does not load (damaged on the disk, say), the error keeps its code and says that it is
+    /// the one "latest" names; `load_newest_valid` then finds the newest one that loads.
     [[nodiscard]] result<checkpoint> load_latest(const checkpoint_load_options& options = {}) const;
+    /// The newest checkpoint file of the directory that loads completely (every check and
+    /// checksum), whatever "latest" says, with each newer one passed over and why. Every file
+    /// a save renames into place was complete and durable first, so one newer than "latest"
+    /// (a crash before "latest" moved) is as sound as the others. `errc::io_error` when none
+    /// loads, naming each failure.
+    [[nodiscard]] result<newest_valid_checkpoint>
+    load_newest_valid(const checkpoint_load_options& options = {}) const;
     /// The step "latest" names, or nothing when no checkpoint was saved yet.
     [[nodiscard]] result<std::optional<std::uint64_t>> latest_step() const;
     /// Steps of the checkpoint files present, ascending.
