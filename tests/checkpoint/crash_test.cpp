@@ -10,6 +10,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,6 +55,33 @@ void sleep_us(long us)
     const timespec pause{0, us * 1000};
     ::nanosleep(&pause, nullptr);
 }
+
+// RLIMIT_FSIZE lowered, with SIGXFSZ ignored so that the kernel fails writes past it with
+// EFBIG instead of killing the process; both restored at the end of the scope.
+class file_size_limit {
+public:
+    explicit file_size_limit(rlim_t bytes)
+    {
+        BOOST_REQUIRE(::getrlimit(RLIMIT_FSIZE, &previous_limit_) == 0);
+        struct sigaction ignore {};
+        ignore.sa_handler = SIG_IGN;
+        BOOST_REQUIRE(::sigaction(SIGXFSZ, &ignore, &previous_action_) == 0);
+        rlimit limited = previous_limit_;
+        limited.rlim_cur = bytes;
+        BOOST_REQUIRE(::setrlimit(RLIMIT_FSIZE, &limited) == 0);
+    }
+    ~file_size_limit()
+    {
+        ::setrlimit(RLIMIT_FSIZE, &previous_limit_);
+        ::sigaction(SIGXFSZ, &previous_action_, nullptr);
+    }
+    file_size_limit(const file_size_limit&) = delete;
+    file_size_limit& operator=(const file_size_limit&) = delete;
+
+private:
+    rlimit previous_limit_{};
+    struct sigaction previous_action_ {};
+};
 
 } // namespace
 
@@ -134,6 +162,31 @@ BOOST_AUTO_TEST_CASE(sigkill_at_random_moments_never_leaves_a_torn_checkpoint)
     BOOST_TEST_MESSAGE(trials << " kills: " << interrupted << " left a write in progress, "
                               << advanced << " came after the child finished a checkpoint");
     BOOST_TEST(interrupted > 0); // the kills did land inside writes
+}
+
+BOOST_AUTO_TEST_CASE(a_save_past_the_file_size_limit_fails_cleanly_and_loses_nothing)
+{
+    // A real kernel refusal rather than an injected one: under RLIMIT_FSIZE the kernel cuts the
+    // write short, then fails it with EFBIG (SIGXFSZ ignored, as a trainer that gets a limit
+    // from its job scheduler would).
+    const temp_dir dir;
+    ruda::checkpoint_manager manager{dir.path(), {.keep_last = 2}};
+    BOOST_REQUIRE(manager.save(1, contents_of(1)));
+    ruda::result<ruda::saved_checkpoint> saved{ruda::errc::io_error};
+    {
+        const file_size_limit limit{256 * 1024}; // a quarter of the checkpoint
+        saved = manager.save(2, contents_of(2));
+    }
+    BOOST_REQUIRE(!saved);
+    BOOST_TEST(saved.error() == ruda::errc::io_error);
+    BOOST_TEST(saved.error().message().find("File too large") != std::string::npos,
+               saved.error().message());
+    BOOST_TEST(count_tmp(dir.path()) == 0U);
+    BOOST_TEST(manager.steps() == (std::vector<std::uint64_t>{1}));
+    const auto latest = manager.load_latest();
+    BOOST_REQUIRE(latest);
+    BOOST_TEST((latest.value() == contents_of(1)));
+    BOOST_CHECK(manager.save(2, contents_of(2))); // with the limit lifted, it saves
 }
 
 BOOST_AUTO_TEST_SUITE_END()
