@@ -4,6 +4,7 @@
 // they were.
 #include <ruda/checkpoint/checkpoint_file.hpp>
 #include <ruda/optim/record_serialization.hpp>
+#include <ruda/record/text_nesting.hpp>
 
 #include <boost/test/unit_test.hpp>
 #include <cereal/archives/binary.hpp>
@@ -112,6 +113,42 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_from_before_storage_loads_and_is_saved_again_i
         std::fill(bytes->begin() + 56, bytes->begin() + 64, '\0');
     }
     BOOST_TEST((mine == expected));
+}
+
+BOOST_AUTO_TEST_CASE(text_archives_are_checked_for_nesting_before_cereal_parses_them)
+{
+    // The golden record nests 6 levels in JSON (archive, record, entry, data, dtype, scheme)
+    // and 7 in XML, where each value is an element of its own.
+    const std::string json = file_text("golden.cereal-json");
+    const std::string xml = file_text("golden.cereal-xml");
+    BOOST_CHECK(ruda::check_json_nesting(json));
+    BOOST_CHECK(ruda::check_xml_nesting(xml));
+    BOOST_CHECK(ruda::check_json_nesting(json, 6));
+    BOOST_TEST(ruda::check_json_nesting(json, 5).error() == ruda::errc::malformed_record);
+    BOOST_CHECK(ruda::check_xml_nesting(xml, 7));
+    BOOST_TEST(ruda::check_xml_nesting(xml, 6).error() == ruda::errc::malformed_record);
+
+    // A million levels, which would overflow the parser's stack, are refused at level 257.
+    const std::string deep_json(1000000, '[');
+    const auto json_refused = ruda::check_json_nesting(deep_json);
+    BOOST_TEST(json_refused.error() == ruda::errc::malformed_record);
+    BOOST_TEST(json_refused.error().message() == "JSON nests deeper than 256 levels at byte 256");
+    std::string deep_xml;
+    for (int k = 0; k < 1000000; ++k) {
+        deep_xml += "<a>";
+    }
+    const auto xml_refused = ruda::check_xml_nesting(deep_xml);
+    BOOST_TEST(xml_refused.error() == ruda::errc::malformed_record);
+    BOOST_TEST(xml_refused.error().message() == "XML nests deeper than 256 levels at byte 768");
+
+    // Brackets in strings, closed levels, comments, CDATA, declarations, quoted '>' and empty
+    // elements do not count.
+    BOOST_CHECK(ruda::check_json_nesting(R"({"a": "[[[{{{\"[[", "b": [[1], [2]], "c": {}})", 3));
+    BOOST_TEST(ruda::check_json_nesting(R"({"a": [[1]]})", 2).error() == ruda::errc::malformed_record);
+    BOOST_CHECK(ruda::check_xml_nesting(
+        R"(<?xml version="1.0"?><!DOCTYPE r><r a="<x>" b='>'><!-- <c><c> --><![CDATA[<d><d>]]><e/><f></f></r>)",
+        2));
+    BOOST_TEST(ruda::check_xml_nesting("<r><s><t/></s></r>", 1).error() == ruda::errc::malformed_record);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,7 +1,8 @@
 // cereal serialization of the tensor types: quantization schemes, dtypes and tensor_data, for
 // binary, portable binary, JSON and XML archives. Tensor bytes take cereal's bulk binary path
 // (base64 in JSON and XML). Loading malformed input throws `cereal::Exception`, as cereal
-// itself does; treat these archives as trusted input and check untrusted bytes first.
+// itself does; treat these archives as trusted input and check untrusted bytes first (for JSON
+// and XML, their nesting: ruda/record/text_nesting.hpp).
 #pragma once
 
 #include <ruda/tensor/dtype.hpp>
