@@ -274,6 +274,20 @@ result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
     if (auto savable = validate_for_saving(contents.gradients()); !savable) {
         return in_file(path, savable.error());
     }
+    std::uint64_t header_bytes = detail::header_counts_size;
+    for (const gradient_entry& entry : contents.gradients().entries()) {
+        header_bytes += detail::header_entry_size(entry.data.shape().size());
+    }
+    for (const checkpoint_section& section : contents.sections()) {
+        header_bytes += detail::header_section_size(section.name.size());
+    }
+    if (header_bytes > options.max_header_bytes) {
+        return error{errc::malformed_record,
+                     "Checkpoint " + path.string() + ": its header would be " +
+                         std::to_string(header_bytes) + " bytes, over the limit of " +
+                         std::to_string(options.max_header_bytes) +
+                         " a load accepts (max_header_bytes, in the save and the load options)"};
+    }
     const payload_bytes payloads{contents};
     save_plan plan = plan_save(payloads);
     BOOST_OUTCOME_TRY(auto writer, detail::durable_writer::create(path, ops));

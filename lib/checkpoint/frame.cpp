@@ -23,8 +23,9 @@ constexpr std::array<std::uint8_t, 8> preamble_magic{'R', 'U', 'D', 'A', 'C', 'K
 constexpr std::array<std::uint8_t, 8> trailer_magic{'R', 'U', 'D', 'A', 'E', 'N', 'D', '1'};
 constexpr std::size_t dtype_size = 24;
 // The least an entry (rank 0) and a section (a 1-byte name) take in the header.
-constexpr std::size_t min_entry_size = 8 + 2 * dtype_size + 8 + 3 * 8;
-constexpr std::size_t min_section_size = 4 + 1 + 3 * 8;
+constexpr std::size_t min_entry_size = header_entry_size(0);
+constexpr std::size_t min_section_size = header_section_size(1);
+static_assert(header_entry_size(0) == 8 + 2 * dtype_size + 8 + 3 * 8);
 
 error malformed(const std::string& why) { return error{errc::malformed_record, why}; }
 

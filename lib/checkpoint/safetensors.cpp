@@ -561,11 +561,24 @@ result<gradients_params_record> import_from(const std::string& source, std::uint
 result<std::uint64_t> export_safetensors(const gradients_params_record& record,
                                          const std::filesystem::path& path, file_ops& ops)
 {
+    return export_safetensors(record, path, safetensors_limits{}, ops);
+}
+
+result<std::uint64_t> export_safetensors(const gradients_params_record& record,
+                                         const std::filesystem::path& path,
+                                         const safetensors_limits& limits, file_ops& ops)
+{
     std::vector<gradient_entry> entries = record.entries();
     std::sort(entries.begin(), entries.end(),
               [](const gradient_entry& a, const gradient_entry& b) { return a.id < b.id; });
     BOOST_OUTCOME_TRY(const auto header, header_for(entries)); // only float dtypes
     BOOST_OUTCOME_TRY(validate_for_saving(record)); // nothing is written that an import refuses
+    if (header.size() > limits.max_header_bytes) {
+        return error{errc::allocation_too_large,
+                     "Exporting " + path.string() + ": the header would be " +
+                         std::to_string(header.size()) + " bytes, over the limit of " +
+                         std::to_string(limits.max_header_bytes) + " an import accepts"};
+    }
     BOOST_OUTCOME_TRY(auto writer, detail::durable_writer::create(path, ops));
     BOOST_OUTCOME_TRY(writer->write(little_endian(header.size())));
     BOOST_OUTCOME_TRY(writer->write(

@@ -437,6 +437,23 @@ BOOST_AUTO_TEST_CASE(a_save_refuses_what_a_load_would_reject_before_writing_a_by
             BOOST_TEST(std::filesystem::is_empty(dir.path()));
         }
     }
+    // A header over the limit a load accepts: refused, and the limit is exact.
+    BOOST_REQUIRE(ruda::save_checkpoint_file(path, sample_checkpoint()));
+    const auto header_length = ruda::test::le64(ruda::test::read_bytes(path), 32);
+    std::filesystem::remove(path);
+    faulty_ops counting;
+    const auto over = ruda::save_checkpoint_file(path, sample_checkpoint(),
+                                                 {.max_header_bytes = header_length - 1}, counting);
+    BOOST_TEST(over.error() == errc::malformed_record);
+    BOOST_TEST(over.error().message().find("its header would be " + std::to_string(header_length) +
+                                           " bytes, over the limit of " +
+                                           std::to_string(header_length - 1)) != std::string::npos);
+    BOOST_TEST(counting.calls == 0);
+    BOOST_REQUIRE(ruda::save_checkpoint_file(path, sample_checkpoint(),
+                                             {.max_header_bytes = header_length}));
+    expect_error(path, errc::malformed_record, "exceeds the limit",
+                 {.max_header_bytes = header_length - 1}); // the load's own check agrees
+
     // 64 dimensions are the most a load takes, and they save.
     BOOST_CHECK(ruda::save_checkpoint_file(
         path, ruda::checkpoint{ruda::gradients_params_record{

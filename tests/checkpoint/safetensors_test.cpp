@@ -149,6 +149,9 @@ BOOST_AUTO_TEST_CASE(export_refuses_what_safetensors_cannot_hold_and_writes_noth
         path);
     BOOST_TEST(deep.error() == errc::malformed_record);
     BOOST_TEST(mentions(deep.error(), "65 dimensions"));
+    const auto over = ruda::export_safetensors(exportable_sample(), path, {.max_header_bytes = 64});
+    BOOST_TEST(over.error() == errc::allocation_too_large);
+    BOOST_TEST(mentions(over.error(), "over the limit of 64 an import accepts"));
     BOOST_TEST(!std::filesystem::exists(path));
     BOOST_TEST(!std::filesystem::exists(dir / "q.safetensors.tmp"));
 }

@@ -49,9 +49,15 @@ struct checkpoint_save_options {
     /// file is the same, byte for byte, whatever the number. docs/BENCHMARKS.md has the
     /// measurements.
     unsigned writers = 0;
+    /// The largest header a save writes: a load refuses a larger one unless told otherwise
+    /// (`checkpoint_load_options::max_header_bytes`, the same 64 MiB by default: about 700,000
+    /// gradients of rank 1). Raise both together.
+    std::uint64_t max_header_bytes = checkpoint_load_options{}.max_header_bytes;
 };
 
-/// Writes `contents` to `path`: to `<path>.tmp`, fsync, rename, fsync of the directory, so
+/// Writes `contents` to `path`, once it passes every check a load would make on it
+/// (`validate_for_saving`, and a header within `options.max_header_bytes`: both with the load's
+/// error codes, before anything is written): to `<path>.tmp`, fsync, rename, fsync of the directory, so
 /// `path` holds either its previous contents or the whole new checkpoint. The layout is known
 /// before the first byte, so `options.writers` threads write payloads at their offsets at
 /// once: small ones gathered through a 1 MiB buffer per writer, large ones straight from

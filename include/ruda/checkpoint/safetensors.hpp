@@ -29,8 +29,15 @@ struct safetensors_limits {
 /// `__metadata__` holds it under "ruda.original_dtype.<id>", so an import restores it.
 /// Gradients are float tensors: F64, F32 (also for flex32), F16 and BF16; other data
 /// (quantized gradients above all, which safetensors has no layout for) is
-/// `errc::invalid_dtype` naming the parameter. `errc::io_error` names the failed operation.
-/// Returns the file size.
+/// `errc::invalid_dtype` naming the parameter. What an import would refuse is refused before
+/// a byte is written, with the import's code: `validate_for_saving`'s checks, and a header
+/// over `limits.max_header_bytes` (`errc::allocation_too_large`). `errc::io_error` names the
+/// failed operation. Returns the file size.
+[[nodiscard]] result<std::uint64_t> export_safetensors(const gradients_params_record& record,
+                                                       const std::filesystem::path& path,
+                                                       const safetensors_limits& limits,
+                                                       file_ops& ops = posix_file_ops());
+/// The same with the default limits.
 [[nodiscard]] result<std::uint64_t> export_safetensors(const gradients_params_record& record,
                                                        const std::filesystem::path& path,
                                                        file_ops& ops = posix_file_ops());

@@ -19,6 +19,19 @@ inline constexpr std::size_t preamble_size = 64;
 inline constexpr std::size_t trailer_size = 32;
 inline constexpr std::size_t payload_alignment = 64;
 
+/// What the header takes: its two counts, then per entry its id, two dtypes, rank and
+/// reserved word, dimensions and payload location, per section its name's length, the name and
+/// its payload location.
+inline constexpr std::uint64_t header_counts_size = 16;
+[[nodiscard]] constexpr std::uint64_t header_entry_size(std::uint64_t rank) noexcept
+{
+    return 8 + 2 * 24 + 8 + 8 * rank + 24;
+}
+[[nodiscard]] constexpr std::uint64_t header_section_size(std::uint64_t name_length) noexcept
+{
+    return 4 + name_length + 24;
+}
+
 /// What the preamble records.
 struct frame {
     std::uint32_t format_version = checkpoint_format_version;
