@@ -20,14 +20,16 @@ constexpr const char* usage =
     "usage: ruda-inspect [--json] [--verify] FILE|DIR...\n"
     "       ruda-inspect --export-safetensors OUT FILE\n"
     "  Lists the gradients (id, dtype, stored dtype, shape, bytes, checksum) and sections of\n"
-    "  each checkpoint file (a directory: its *.ruda files).\n"
+    "  each checkpoint file (a directory: its *.ruda files; a manager's \"latest\": the file\n"
+    "  it names).\n"
     "  --json    the same as JSON\n"
     "  --verify  one line per file; exit 1 unless every file loads completely. For a\n"
     "            directory of checkpoints, also the step \"latest\" names and the newest\n"
     "            checkpoint that loads (what load_newest_valid returns), with the newer ones\n"
     "            passed over and why\n"
     "  --export-safetensors OUT  writes the gradients of checkpoint FILE to OUT as safetensors,\n"
-    "            each tensor named by its parameter id (after a full, verified load)\n";
+    "            each tensor named by its parameter id (after a full, verified load)\n"
+    "  -h, --help  this text\n";
 
 struct report {
     std::filesystem::path file;
@@ -37,8 +39,14 @@ struct report {
     std::optional<std::string> problem; // the first, on one line
 };
 
+// Keeps the first problem, without the "Checkpoint FILE: " a library message starts with:
+// every line that shows it already starts with the file.
 void note(report& r, std::string problem)
 {
+    const std::string prefix = "Checkpoint " + r.file.string() + ": ";
+    if (problem.starts_with(prefix)) {
+        problem.erase(0, prefix.size());
+    }
     if (!r.problem) {
         r.problem = std::move(problem);
     }
@@ -190,14 +198,22 @@ void print_json(const std::vector<report>& reports, std::ostream& out)
     out << "\n]\n";
 }
 
-// The files named, a directory standing for its *.ruda files in name order.
-std::vector<std::filesystem::path> expand(const std::vector<std::string>& names)
+// The files named: a directory stands for its *.ruda files in name order (one without any
+// for itself, and is listed in `empty`), and a manager's "latest" for the file it names.
+std::vector<std::filesystem::path> expand(const std::vector<std::string>& names,
+                                          std::vector<std::filesystem::path>& empty)
 {
     std::vector<std::filesystem::path> files;
     for (const std::string& name : names) {
         std::error_code ec;
         if (!std::filesystem::is_directory(name, ec)) {
-            files.emplace_back(name);
+            const std::filesystem::path path{name};
+            const auto step = path.filename() == "latest"
+                                  ? checkpoint_manager{path.parent_path()}.latest_step()
+                                  : result<std::optional<std::uint64_t>>{std::nullopt};
+            files.push_back(step && step.value()
+                                ? checkpoint_manager{path.parent_path()}.path_of(*step.value())
+                                : path);
             continue;
         }
         std::vector<std::filesystem::path> inside;
@@ -205,6 +221,10 @@ std::vector<std::filesystem::path> expand(const std::vector<std::string>& names)
             if (item.path().extension() == ".ruda") {
                 inside.push_back(item.path());
             }
+        }
+        if (inside.empty()) {
+            empty.emplace_back(name);
+            inside.emplace_back(name);
         }
         std::sort(inside.begin(), inside.end());
         files.insert(files.end(), inside.begin(), inside.end());
@@ -286,8 +306,14 @@ int inspect_main(const std::vector<std::string>& args, std::ostream& out)
             json = true;
         } else if (arg == "--verify") {
             verify = true;
-        } else if (arg == "--help" || arg.starts_with("--")) {
+        } else if (arg == "--help" || arg == "-h") {
             out << usage;
+            return 0;
+        } else if (arg == "--export-safetensors") {
+            out << "ruda-inspect: --export-safetensors takes OUT once, then FILE\n" << usage;
+            return 2;
+        } else if (arg.starts_with("-") && arg != "-") {
+            out << "ruda-inspect: unknown option " << arg << "\n" << usage;
             return 2;
         } else {
             names.push_back(arg);
@@ -300,14 +326,19 @@ int inspect_main(const std::vector<std::string>& args, std::ostream& out)
         }
         return export_safetensors_of(names.front(), *export_to, out);
     }
-    const auto files = expand(names);
-    if (files.empty()) {
+    if (names.empty()) {
         out << usage;
         return 2;
     }
+    std::vector<std::filesystem::path> empty;
+    const auto files = expand(names, empty);
     std::vector<report> reports;
     for (const auto& file : files) {
-        reports.push_back(inspect(file, json || !verify, verify));
+        if (std::find(empty.begin(), empty.end(), file) != empty.end()) {
+            reports.push_back({file, {}, {}, {}, "no checkpoint files (*.ruda)"});
+        } else {
+            reports.push_back(inspect(file, json || !verify, verify));
+        }
     }
     if (json) {
         print_json(reports, out);
