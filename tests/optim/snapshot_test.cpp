@@ -253,6 +253,7 @@ BOOST_AUTO_TEST_CASE(cancelling_the_snapshot_cancels_the_reads)
     BOOST_REQUIRE(out->value.has_value());
     BOOST_REQUIRE(!*out->value);
     BOOST_TEST(out->value->error() == errc::cancelled);
+    BOOST_TEST(out->value->error().message() == "Snapshot cancelled after 0 of 20 gradients were read");
     BOOST_TEST(device.stats().in_flight == 0U);
 }
 
@@ -274,8 +275,9 @@ BOOST_AUTO_TEST_CASE(try_to_record_refuses_without_reading)
     auto refused = grads.try_to_record<gpu>();
     BOOST_REQUIRE(!refused);
     BOOST_TEST(refused.error() == errc::sync_read_unavailable);
-    BOOST_TEST(refused.error().message().find(
-                   "Synchronous gradient read is unavailable; use to_record_async") == 0U);
+    BOOST_TEST(refused.error().message() ==
+               "Synchronous gradient read is unavailable: the device cannot complete a blocking "
+               "read; use to_record_async");
     BOOST_TEST(web.stats().reads_issued == 0U);
 
     const ruda::async_device device;
@@ -284,8 +286,10 @@ BOOST_AUTO_TEST_CASE(try_to_record_refuses_without_reading)
         const ruda::no_blocking_scope event_loop;
         BOOST_TEST(on_loop.try_to_record<gpu>().error() == errc::sync_read_unavailable);
     }
-    BOOST_TEST(on_loop.try_to_record<gpu>({.refuse_if = [] { return true; }}).error() ==
-               errc::sync_read_unavailable);
+    const auto predicate = on_loop.try_to_record<gpu>({.refuse_if = [] { return true; }});
+    BOOST_TEST(predicate.error() == errc::sync_read_unavailable);
+    BOOST_TEST(predicate.error().message() == "Synchronous gradient read is unavailable: refused "
+                                              "by the caller's predicate; use to_record_async");
     BOOST_TEST(device.stats().reads_issued == 0U);
 }
 

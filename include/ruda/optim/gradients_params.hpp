@@ -13,6 +13,7 @@
 #include <ruda/runtime/try_read_sync.hpp>
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
 #include <any>
@@ -22,6 +23,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <variant>
@@ -106,7 +108,7 @@ public:
     }
 
     /// The same snapshot, blocking the calling thread, through `try_read_sync`. Refuses with
-    /// `errc::sync_read_unavailable` ("Synchronous gradient read is unavailable; use
+    /// `errc::sync_read_unavailable` ("Synchronous gradient read is unavailable: <why>; use
     /// to_record_async"), reading nothing, on a device without blocking reads, on a thread
     /// that must not block (a device worker, an event loop in a `no_blocking_scope`, inside
     /// another sync wait), or when `options.refuse_if` says so.
@@ -302,6 +304,16 @@ private:
                                    .max_in_flight_weight = options.max_in_flight_bytes};
         auto entries = co_await gather(handles.size(), limits, weight, read);
         if (!entries) {
+            // Cancelled by the caller: say so in the snapshot's terms, not the gather's.
+            // (The state itself: awaiting another coroutine now would throw the cancellation.)
+            const auto state = co_await boost::asio::this_coro::cancellation_state;
+            if (entries.error() == errc::cancelled &&
+                state.cancelled() != boost::asio::cancellation_type::none) {
+                co_return error{errc::cancelled,
+                                "Snapshot cancelled after " +
+                                    std::to_string(progress.now.tensors_done) + " of " +
+                                    std::to_string(handles.size()) + " gradients were read"};
+            }
             co_return std::move(entries).error();
         }
         co_return gradients_params_record{std::move(entries).value()};
@@ -354,9 +366,18 @@ result<gradients_params_record> gradients_params::try_to_record(snapshot_options
         record = try_read_sync([&] { return read_all<B>(std::move(handles), options); }, sync);
     }
     if (!record && record.error() == errc::sync_read_unavailable) {
-        return error{errc::sync_read_unavailable,
-                     "Synchronous gradient read is unavailable; use to_record_async (" +
-                         record.error().message() + ")"};
+        // try_read_sync's reason, said once, and the call to use instead of its "async API".
+        std::string why = record.error().message();
+        constexpr std::string_view generic = "Synchronous read is unavailable: ";
+        constexpr std::string_view advice = "; use the async API";
+        if (why.starts_with(generic)) {
+            why.erase(0, generic.size());
+        }
+        if (why.ends_with(advice)) {
+            why.erase(why.size() - advice.size());
+        }
+        return error{errc::sync_read_unavailable, "Synchronous gradient read is unavailable: " +
+                                                      why + "; use to_record_async"};
     }
     return record;
 }
