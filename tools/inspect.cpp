@@ -198,6 +198,15 @@ void print_json(const std::vector<report>& reports, std::ostream& out)
     out << "\n]\n";
 }
 
+// The checkpoint file a manager's `latest` names, or `latest` itself when it names none (its
+// load then says why).
+std::filesystem::path named_by_latest(const std::filesystem::path& latest)
+{
+    const checkpoint_manager manager{latest.parent_path()};
+    const auto step = manager.latest_step();
+    return step && step.value() ? manager.path_of(*step.value()) : latest;
+}
+
 // The files named: a directory stands for its *.ruda files in name order (one without any
 // for itself, and is listed in `empty`), and a manager's "latest" for the file it names.
 std::vector<std::filesystem::path> expand(const std::vector<std::string>& names,
@@ -208,12 +217,7 @@ std::vector<std::filesystem::path> expand(const std::vector<std::string>& names,
         std::error_code ec;
         if (!std::filesystem::is_directory(name, ec)) {
             const std::filesystem::path path{name};
-            const auto step = path.filename() == "latest"
-                                  ? checkpoint_manager{path.parent_path()}.latest_step()
-                                  : result<std::optional<std::uint64_t>>{std::nullopt};
-            files.push_back(step && step.value()
-                                ? checkpoint_manager{path.parent_path()}.path_of(*step.value())
-                                : path);
+            files.push_back(path.filename() == "latest" ? named_by_latest(path) : path);
             continue;
         }
         std::vector<std::filesystem::path> inside;

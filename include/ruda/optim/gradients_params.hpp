@@ -23,7 +23,6 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <variant>
@@ -350,11 +349,12 @@ result<gradients_params_record> gradients_params::try_to_record(snapshot_options
     sync_read_options sync;
     sync.refuse_if = options.refuse_if;
     sync.deadline = options.deadline;
-    result<gradients_params_record> record = error{errc::read_failed, "not read"};
+    sync.what = "gradient read";
+    sync.instead = "to_record_async";
     if constexpr (immediate_reads<B>) {
         // Reads that never wait cannot block, whatever thread this is; the sync wrapper still
         // applies `refuse_if` and the refusals of threads that must not block, as for any backend.
-        record = try_read_sync([&] { return deliver(read_now_all<B>(options)); }, sync);
+        return try_read_sync([&] { return deliver(read_now_all<B>(options)); }, sync);
     } else {
         auto handles = capture<B>();
         if constexpr (snapshot_hook<B>) {
@@ -363,23 +363,8 @@ result<gradients_params_record> gradients_params::try_to_record(snapshot_options
         sync.blocking_reads = std::all_of(handles.begin(), handles.end(), [](const captured<B>& h) {
             return !h.tensor || B::blocking_reads(device_of<B>(*h.tensor));
         });
-        record = try_read_sync([&] { return read_all<B>(std::move(handles), options); }, sync);
+        return try_read_sync([&] { return read_all<B>(std::move(handles), options); }, sync);
     }
-    if (!record && record.error() == errc::sync_read_unavailable) {
-        // try_read_sync's reason, said once, and the call to use instead of its "async API".
-        std::string why = record.error().message();
-        constexpr std::string_view generic = "Synchronous read is unavailable: ";
-        constexpr std::string_view advice = "; use the async API";
-        if (why.starts_with(generic)) {
-            why.erase(0, generic.size());
-        }
-        if (why.ends_with(advice)) {
-            why.erase(why.size() - advice.size());
-        }
-        return error{errc::sync_read_unavailable, "Synchronous gradient read is unavailable: " +
-                                                      why + "; use to_record_async"};
-    }
-    return record;
 }
 
 } // namespace ruda

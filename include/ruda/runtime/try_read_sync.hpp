@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -38,6 +39,10 @@ struct sync_read_options {
     /// cancellation for longer is abandoned together with its private context (never
     /// destroyed, so nothing dangles) and the call still returns `errc::timed_out`.
     std::chrono::steady_clock::duration unwind_grace = std::chrono::seconds(5);
+    /// How a refusal names the read and what it suggests instead: "Synchronous <what> is
+    /// unavailable: <why>; use <instead>".
+    std::string_view what = "read";
+    std::string_view instead = "the async API";
 };
 
 namespace detail {
@@ -103,20 +108,20 @@ try_read_sync(Factory&& factory, const sync_read_options& options = {})
 {
     using value_type = detail::sync_read_value<Factory>;
     using clock = std::chrono::steady_clock;
-    if (!options.blocking_reads) {
+    const auto refused = [&options](std::string_view why) {
         return error{errc::sync_read_unavailable,
-                     "Synchronous read is unavailable: the device cannot complete a blocking "
-                     "read; use the async API"};
+                     "Synchronous " + std::string{options.what} + " is unavailable: " +
+                         std::string{why} + "; use " + std::string{options.instead}};
+    };
+    if (!options.blocking_reads) {
+        return refused("the device cannot complete a blocking read");
     }
     if (blocking_forbidden_on_this_thread()) {
-        return error{errc::sync_read_unavailable,
-                     "Synchronous read is unavailable: this thread must not block (a device "
-                     "worker, an event loop or an enclosing sync wait); use the async API"};
+        return refused("this thread must not block (a device worker, an event loop or an "
+                       "enclosing sync wait)");
     }
     if (options.refuse_if && options.refuse_if()) {
-        return error{errc::sync_read_unavailable,
-                     "Synchronous read is unavailable: refused by the caller's predicate; use "
-                     "the async API"};
+        return refused("refused by the caller's predicate");
     }
 
     no_blocking_scope inside_sync_wait;
