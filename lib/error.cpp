@@ -33,6 +33,7 @@ public:
         case errc::unknown_parameter: return "no such parameter";
         case errc::device_unavailable: return "device unavailable";
         case errc::directory_in_use: return "checkpoint directory in use";
+        case errc::unsupported_device: return "unsupported device";
         }
         return "unknown ruda error " + std::to_string(value);
     }

@@ -4,9 +4,12 @@
 
 #include <ruda/checkpoint/checkpoint_file.hpp>
 #include <ruda/checkpoint/checkpoint_manager.hpp>
+#include <ruda/checkpoint/detail/json_quote.hpp>
 #include <ruda/checkpoint/safetensors.hpp>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -19,7 +22,7 @@ namespace {
 constexpr const char* usage =
     "usage: ruda-inspect [--json] [--verify] FILE|DIR...\n"
     "       ruda-inspect --export-safetensors OUT FILE\n"
-    "  Lists the gradients (id, dtype, stored dtype, shape, bytes, checksum) and sections of\n"
+    "  Lists the gradients (id, name, dtype, stored dtype, shape, size, checksum) and sections of\n"
     "  each checkpoint file (a directory: its *.ruda files; a manager's \"latest\": the file\n"
     "  it names).\n"
     "  --json    the same as JSON\n"
@@ -28,7 +31,8 @@ constexpr const char* usage =
     "            checkpoint that loads (what load_newest_valid returns), with the newer ones\n"
     "            passed over and why\n"
     "  --export-safetensors OUT  writes the gradients of checkpoint FILE to OUT as safetensors,\n"
-    "            each tensor named by its parameter id (after a full, verified load)\n"
+    "            each tensor named by its parameter's name, or id (after a full, verified load)\n"
+    "  When standard error is a terminal, a progress line there shows each file's reading.\n"
     "  -h, --help  this text\n";
 
 struct report {
@@ -52,7 +56,47 @@ void note(report& r, std::string problem)
     }
 }
 
-report inspect(const std::filesystem::path& file, bool check_payloads, bool verify)
+// "FILE: 45% of 3.0 GiB" on one line, rewritten in place at most ten times a second and at
+// the end, then erased: what a person at a terminal watches during a long read. Prints
+// nothing without a sink.
+class progress_line {
+public:
+    explicit progress_line(std::ostream* sink) : sink_(sink) {}
+    progress_line(const progress_line&) = delete;
+    progress_line& operator=(const progress_line&) = delete;
+    ~progress_line() { clear(); }
+
+    void show(const std::filesystem::path& file, std::uint64_t done, std::uint64_t total)
+    {
+        const auto now = std::chrono::steady_clock::now();
+        if (sink_ == nullptr || (done < total && now - last_ < std::chrono::milliseconds(100))) {
+            return;
+        }
+        last_ = now;
+        const unsigned percent = total == 0 ? 100U : static_cast<unsigned>(done * 100 / total);
+        std::string text = file.string() + ": " + std::to_string(percent) + "% of " +
+                           human_size(total);
+        const std::size_t width = std::max(shown_, text.size());
+        shown_ = text.size();
+        text.resize(width, ' '); // covers a longer line shown before
+        *sink_ << '\r' << text << std::flush;
+    }
+    void clear()
+    {
+        if (sink_ != nullptr && shown_ != 0) {
+            *sink_ << '\r' << std::string(shown_, ' ') << '\r' << std::flush;
+            shown_ = 0;
+        }
+    }
+
+private:
+    std::ostream* sink_;
+    std::size_t shown_ = 0;
+    std::chrono::steady_clock::time_point last_{};
+};
+
+report inspect(const std::filesystem::path& file, bool check_payloads, bool verify,
+               progress_line& line)
 {
     report r{file, {}, {}, {}, {}};
     auto reader = checkpoint_reader::open(file);
@@ -73,18 +117,33 @@ report inspect(const std::filesystem::path& file, bool check_payloads, bool veri
         return ok.value();
     };
     if (check_payloads) {
+        std::uint64_t total = 0;
+        for (const auto& e : r.index->entries) {
+            total += e.payload.length;
+        }
+        for (const auto& s : r.index->sections) {
+            total += s.payload.length;
+        }
+        std::uint64_t done = 0;
         for (const auto& e : r.index->entries) {
             r.entry_ok.push_back(intact(e.payload, "the gradient of parameter " + std::to_string(e.id)));
+            line.show(file, done += e.payload.length, total);
         }
         for (const auto& s : r.index->sections) {
             r.section_ok.push_back(intact(s.payload, "section " + s.name));
+            line.show(file, done += s.payload.length, total);
         }
     }
     if (verify && !r.problem) {
-        if (auto loaded = reader.value().load(); !loaded) {
+        checkpoint_load_options options;
+        options.on_progress = [&](const checkpoint_progress& p) {
+            line.show(file, p.bytes_done, p.bytes_total);
+        };
+        if (auto loaded = reader.value().load(options); !loaded) {
             note(r, loaded.error().message());
         }
     }
+    line.clear();
     return r;
 }
 
@@ -104,26 +163,17 @@ std::string hex(std::uint64_t v)
     return text;
 }
 
-std::string json_string(const std::string& s)
+// A name in a Markdown table cell: '|' would end the cell.
+std::string table_cell(const std::string& text)
 {
-    std::string out = "\"";
-    for (const char c : s) {
-        switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\t': out += "\\t"; break;
-        default:
-            if (static_cast<unsigned char>(c) < 0x20) {
-                char escaped[7];
-                std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
-                out += escaped;
-            } else {
-                out += c;
-            }
+    std::string out;
+    for (const char c : text) {
+        if (c == '|') {
+            out += '\\';
         }
+        out += c;
     }
-    return out + "\"";
+    return out;
 }
 
 void print_table(const report& r, std::ostream& out)
@@ -134,20 +184,23 @@ void print_table(const report& r, std::ostream& out)
     }
     const auto& index = *r.index;
     out << r.file.string() << ": format " << index.format_version << ", written by ruda "
-        << index.producer << ", " << index.file_length << " bytes, " << index.entries.size()
-        << " gradients, " << index.sections.size() << " sections\n\n";
-    out << "| id | dtype | stored | shape | bytes | checksum |\n|---:|---|---|---|---:|---|\n";
+        << index.producer << ", " << human_size(index.file_length) << " (" << index.file_length
+        << " bytes), " << index.entries.size() << " gradients, " << index.sections.size()
+        << " sections\n\n";
+    out << "| id | name | dtype | stored | shape | size | checksum |\n"
+           "|---:|---|---|---|---|---:|---|\n";
     for (std::size_t k = 0; k < index.entries.size(); ++k) {
         const auto& e = index.entries[k];
-        out << "| " << e.id << " | " << to_string(e.original) << " | " << to_string(e.stored)
-            << " | " << shape_text(e.shape) << " | " << e.payload.length << " | "
-            << (r.entry_ok[k] ? "ok" : "MISMATCH") << " |\n";
+        out << "| " << e.id << " | " << table_cell(e.name) << " | " << to_string(e.original)
+            << " | " << to_string(e.stored) << " | " << shape_text(e.shape) << " | "
+            << human_size(e.payload.length) << " | " << (r.entry_ok[k] ? "ok" : "MISMATCH")
+            << " |\n";
     }
     if (!index.sections.empty()) {
-        out << "\n| section | bytes | checksum |\n|---|---:|---|\n";
+        out << "\n| section | size | checksum |\n|---|---:|---|\n";
         for (std::size_t k = 0; k < index.sections.size(); ++k) {
             const auto& s = index.sections[k];
-            out << "| " << s.name << " | " << s.payload.length << " | "
+            out << "| " << table_cell(s.name) << " | " << human_size(s.payload.length) << " | "
                 << (r.section_ok[k] ? "ok" : "MISMATCH") << " |\n";
         }
     }
@@ -162,19 +215,20 @@ void print_json(const std::vector<report>& reports, std::ostream& out)
     out << "[";
     for (std::size_t f = 0; f < reports.size(); ++f) {
         const report& r = reports[f];
-        out << (f == 0 ? "" : ",") << "\n  {\"file\": " << json_string(r.file.string())
+        out << (f == 0 ? "" : ",") << "\n  {\"file\": " << detail::json_quote(r.file.string())
             << ", \"ok\": " << (r.problem ? "false" : "true")
-            << ", \"error\": " << (r.problem ? json_string(*r.problem) : "null");
+            << ", \"error\": " << (r.problem ? detail::json_quote(*r.problem) : "null");
         if (r.index) {
             const auto& index = *r.index;
             out << ", \"format_version\": " << index.format_version
-                << ", \"producer\": " << json_string(index.producer)
+                << ", \"producer\": " << detail::json_quote(index.producer)
                 << ", \"bytes\": " << index.file_length << ",\n   \"entries\": [";
             for (std::size_t k = 0; k < index.entries.size(); ++k) {
                 const auto& e = index.entries[k];
                 out << (k == 0 ? "" : ",") << "\n    {\"id\": " << e.id
-                    << ", \"dtype\": " << json_string(to_string(e.original))
-                    << ", \"stored_dtype\": " << json_string(to_string(e.stored))
+                    << ", \"name\": " << (e.name.empty() ? "null" : detail::json_quote(e.name))
+                    << ", \"dtype\": " << detail::json_quote(to_string(e.original))
+                    << ", \"stored_dtype\": " << detail::json_quote(to_string(e.stored))
                     << ", \"shape\": [";
                 for (std::size_t d = 0; d < e.shape.size(); ++d) {
                     out << (d == 0 ? "" : ", ") << e.shape[d];
@@ -186,7 +240,7 @@ void print_json(const std::vector<report>& reports, std::ostream& out)
             out << "],\n   \"sections\": [";
             for (std::size_t k = 0; k < index.sections.size(); ++k) {
                 const auto& s = index.sections[k];
-                out << (k == 0 ? "" : ",") << "\n    {\"name\": " << json_string(s.name)
+                out << (k == 0 ? "" : ",") << "\n    {\"name\": " << detail::json_quote(s.name)
                     << ", \"offset\": " << s.payload.offset << ", \"bytes\": " << s.payload.length
                     << ", \"checksum\": \"" << hex(s.payload.checksum)
                     << "\", \"checksum_ok\": " << (r.section_ok[k] ? "true" : "false") << "}";
@@ -276,9 +330,14 @@ void print_directory(const std::filesystem::path& dir, const std::vector<report>
 
 // Loads `file` completely (every check a load makes) and writes its gradients to `out_path`.
 int export_safetensors_of(const std::filesystem::path& file, const std::filesystem::path& out_path,
-                          std::ostream& out)
+                          std::ostream& out, progress_line& line)
 {
-    auto loaded = load_checkpoint_file(file);
+    checkpoint_load_options options;
+    options.on_progress = [&](const checkpoint_progress& p) {
+        line.show(file, p.bytes_done, p.bytes_total);
+    };
+    auto loaded = load_checkpoint_file(file, options);
+    line.clear();
     if (!loaded) {
         out << file.string() << ": " << loaded.error().message() << "\n";
         return 1;
@@ -296,7 +355,24 @@ int export_safetensors_of(const std::filesystem::path& file, const std::filesyst
 
 } // namespace
 
-int inspect_main(const std::vector<std::string>& args, std::ostream& out)
+std::string human_size(std::uint64_t bytes)
+{
+    if (bytes < 1024) {
+        return std::to_string(bytes) + " B";
+    }
+    static constexpr std::array<const char*, 6> units{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double value = static_cast<double>(bytes) / 1024.0;
+    std::size_t unit = 0;
+    while (value >= 1024.0 && unit + 1 < units.size()) {
+        value /= 1024.0;
+        ++unit;
+    }
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f %s", value, units[unit]);
+    return text;
+}
+
+int inspect_main(const std::vector<std::string>& args, std::ostream& out, std::ostream* progress)
 {
     bool json = false;
     bool verify = false;
@@ -328,7 +404,8 @@ int inspect_main(const std::vector<std::string>& args, std::ostream& out)
             out << usage;
             return 2;
         }
-        return export_safetensors_of(names.front(), *export_to, out);
+        progress_line line{progress};
+        return export_safetensors_of(names.front(), *export_to, out, line);
     }
     if (names.empty()) {
         out << usage;
@@ -337,11 +414,12 @@ int inspect_main(const std::vector<std::string>& args, std::ostream& out)
     std::vector<std::filesystem::path> empty;
     const auto files = expand(names, empty);
     std::vector<report> reports;
+    progress_line line{progress};
     for (const auto& file : files) {
         if (std::find(empty.begin(), empty.end(), file) != empty.end()) {
             reports.push_back({file, {}, {}, {}, "no checkpoint files (*.ruda)"});
         } else {
-            reports.push_back(inspect(file, json || !verify, verify));
+            reports.push_back(inspect(file, json || !verify, verify, line));
         }
     }
     if (json) {
@@ -352,8 +430,8 @@ int inspect_main(const std::vector<std::string>& args, std::ostream& out)
                 out << r.file.string() << ": " << *r.problem << "\n";
             } else {
                 out << r.file.string() << ": ok (" << r.index->entries.size() << " gradients, "
-                    << r.index->sections.size() << " sections, " << r.index->file_length
-                    << " bytes)\n";
+                    << r.index->sections.size() << " sections, "
+                    << human_size(r.index->file_length) << ")\n";
             }
         }
         for (const std::string& name : names) {

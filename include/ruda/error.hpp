@@ -34,6 +34,7 @@ enum class errc : int {
     unknown_parameter,
     device_unavailable,
     directory_in_use,
+    unsupported_device,
 };
 
 } // namespace ruda

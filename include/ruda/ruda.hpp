@@ -13,6 +13,7 @@
 #include <ruda/checkpoint/checkpoint_index.hpp>
 #include <ruda/checkpoint/checkpoint_manager.hpp>
 #include <ruda/checkpoint/file_ops.hpp>
+#include <ruda/checkpoint/safetensors.hpp>
 #include <ruda/error.hpp>
 #include <ruda/optim/gradients_params.hpp>
 #include <ruda/optim/async_snapshot.hpp>
@@ -24,9 +25,11 @@
 #include <ruda/record/precision.hpp>
 #include <ruda/record/section_archive.hpp>
 #include <ruda/record/tensor_serialization.hpp>
+#include <ruda/record/text_nesting.hpp>
 #include <ruda/runtime/blocking_scope.hpp>
 #include <ruda/runtime/error_mapping.hpp>
 #include <ruda/runtime/gather.hpp>
+#include <ruda/runtime/result_completion.hpp>
 #include <ruda/runtime/try_read_sync.hpp>
 #include <ruda/tensor/dtype.hpp>
 #include <ruda/tensor/half.hpp>

@@ -68,9 +68,11 @@ result<void> check_cpu_strided(const at::Tensor& tensor)
         return error{errc::invalid_dtype, "torch backend: the tensor is undefined"};
     }
     if (!tensor.device().is_cpu()) {
-        return error{errc::invalid_dtype, "torch backend: the tensor is on " +
-                                              tensor.device().str() +
-                                              "; this build reads CPU tensors only"};
+        // A device problem, not a dtype one: the same tensor on the CPU would be read.
+        return error{errc::unsupported_device,
+                     "torch backend: the tensor is on " + tensor.device().str() +
+                         ", and this build of ruda::torch reads CPU tensors only (move it with "
+                         ".cpu(), or use cuda_backend for GPU memory)"};
     }
     if (tensor.layout() != c10::kStrided) {
         return error{errc::invalid_dtype, "torch backend: " + type_name(tensor) +
@@ -83,8 +85,9 @@ result<void> check_cpu_strided(const at::Tensor& tensor)
 result<void> check_cpu_upload(const torch_backend::device& device)
 {
     if (!device.where.is_cpu()) {
-        return error{errc::invalid_dtype, "torch backend: cannot upload to " + device.where.str() +
-                                              "; this build uploads to the CPU only"};
+        return error{errc::unsupported_device, "torch backend: cannot upload to " +
+                                                   device.where.str() +
+                                                   "; this build of ruda::torch uploads to the CPU only"};
     }
     return success();
 }

@@ -4,6 +4,7 @@
 #include <ruda/checkpoint/detail/durable_writer.hpp>
 #include <ruda/checkpoint/detail/frame.hpp>
 #include <ruda/checkpoint/detail/io_jobs.hpp>
+#include <ruda/checkpoint/detail/progress_meter.hpp>
 #include <ruda/checkpoint/detail/regular_file.hpp>
 #include <ruda/optim/validate_record.hpp>
 #include <ruda/tensor/detail/mapped_file.hpp>
@@ -175,7 +176,7 @@ std::uint8_t* allocated(gather_buffer& buffer)
 // between jobs is never written: a new file reads as zeros there.
 result<void> write_payloads(save_plan& plan, const payload_bytes& payloads,
                             const detail::durable_writer& writer,
-                            std::vector<gather_buffer>& buffers)
+                            std::vector<gather_buffer>& buffers, detail::progress_meter& progress)
 {
     auto& locations = plan.locations;
     hash_in_order split_sums{plan.splits};
@@ -183,6 +184,7 @@ result<void> write_payloads(save_plan& plan, const payload_bytes& payloads,
         const write_job& job = plan.jobs[j];
         const std::uint64_t start = locations[job.first].offset + job.from;
         std::span<const std::uint8_t> bytes;
+        std::uint64_t payload_bytes = job.length; // what the job writes, padding left out
         if (!job.gathered) {
             bytes = payloads[job.first].subspan(job.from, job.length);
             if (job.split == write_job::no_split) {
@@ -193,8 +195,10 @@ result<void> write_payloads(save_plan& plan, const payload_bytes& payloads,
         } else {
             std::uint8_t* const buffer = allocated(buffers[worker]);
             std::uint64_t end = start;
+            payload_bytes = 0;
             for (std::size_t k = job.first; k < job.last; ++k) {
                 const auto payload = payloads[k];
+                payload_bytes += payload.size();
                 std::memset(buffer + (end - start), 0, locations[k].offset - end);
                 if (!payload.empty()) {
                     std::memcpy(buffer + (locations[k].offset - start), payload.data(),
@@ -207,7 +211,7 @@ result<void> write_payloads(save_plan& plan, const payload_bytes& payloads,
         }
         BOOST_OUTCOME_TRY(writer.write_at(bytes, start));
         writer.start_writeback(start, bytes.size());
-        return success();
+        return progress.add(payload_bytes);
     };
     const auto threads = static_cast<unsigned>(buffers.size());
     BOOST_OUTCOME_TRY(detail::run_jobs(plan.jobs.size(), threads, write));
@@ -276,7 +280,7 @@ result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
     }
     std::uint64_t header_bytes = detail::header_counts_size;
     for (const gradient_entry& entry : contents.gradients().entries()) {
-        header_bytes += detail::header_entry_size(entry.data.shape().size());
+        header_bytes += detail::header_entry_size(entry.data.shape().size(), entry.name.size());
     }
     for (const checkpoint_section& section : contents.sections()) {
         header_bytes += detail::header_section_size(section.name.size());
@@ -294,7 +298,12 @@ result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
 
     std::vector<gather_buffer> buffers(
         detail::io_threads(options.writers, plan.header_offset - detail::preamble_size));
-    BOOST_OUTCOME_TRY(write_payloads(plan, payloads, *writer, buffers));
+    std::uint64_t payload_total = 0;
+    for (std::size_t k = 0; k < payloads.size(); ++k) {
+        payload_total += payloads[k].size();
+    }
+    detail::progress_meter progress{options.on_progress, payload_total};
+    BOOST_OUTCOME_TRY(write_payloads(plan, payloads, *writer, buffers, progress));
     auto& locations = plan.locations;
 
     // The header, streamed from the record and the payloads' locations: no copy of the entry
@@ -308,8 +317,11 @@ result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
         [&sink](std::span<const std::uint8_t> piece) { return sink.put(piece); }};
     std::size_t k = 0;
     for (const gradient_entry& entry : contents.gradients().entries()) {
+        if (!entry.name.empty()) {
+            frame.flags |= detail::flag_entry_names;
+        }
         BOOST_OUTCOME_TRY(header.entry(entry.id, entry.dtype, entry.data.dtype(),
-                                       entry.data.shape(), locations[k++]));
+                                       entry.data.shape(), locations[k++], entry.name));
     }
     for (const checkpoint_section& section : contents.sections()) {
         BOOST_OUTCOME_TRY(header.section(section.name, locations[k++]));
@@ -581,12 +593,17 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
     }
 
     const bool full = !options.only_ids;
+    std::uint64_t payload_total = 0;
+    for (const payload_request& r : requests) {
+        payload_total += r.payload->length;
+    }
+    detail::progress_meter progress{options.on_progress, payload_total};
     if (const auto reason = mapping_reason(options); !reason.empty()) {
         BOOST_OUTCOME_TRY(map_payloads(requests, in_order, full, options.verify_checksums,
-                                       options.readers));
+                                       options.readers, progress));
     } else {
         BOOST_OUTCOME_TRY(read_payloads(requests, in_order, full, options.verify_checksums,
-                                        options.readers));
+                                        options.readers, progress));
     }
 
     std::vector<gradient_entry> entries;
@@ -597,7 +614,8 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
         auto dims = spent != nullptr ? std::move((*spent)[static_cast<std::size_t>(&info - spent->data())].shape)
                                      : info.shape;
         entries.push_back({info.id, info.original,
-                           tensor_data{std::move(requests[k].bytes), std::move(dims), info.stored}});
+                           tensor_data{std::move(requests[k].bytes), std::move(dims), info.stored},
+                           info.name});
     }
     gradients_params_record record{std::move(entries)};
     if (auto valid = validate_gradients_record(record); !valid) {
@@ -630,7 +648,8 @@ struct checkpoint_reader::read_plan {
 // readers, each job checking the padding before its payloads and between them.
 result<void> checkpoint_reader::map_payloads(std::vector<payload_request>& requests,
                                              const std::vector<std::uint32_t>& in_order,
-                                             bool full, bool verify, unsigned readers) const
+                                             bool full, bool verify, unsigned readers,
+                                             detail::progress_meter& progress) const
 {
     BOOST_OUTCOME_TRY(auto file, detail::map_unchangeable_file(
                                      fd_, static_cast<std::size_t>(length_), path_.string()));
@@ -652,6 +671,7 @@ result<void> checkpoint_reader::map_payloads(std::vector<payload_request>& reque
                 return mismatch(r.name());
             }
             cursor = std::max(cursor, r.payload->offset + r.payload->length);
+            BOOST_OUTCOME_TRY(progress.add(r.payload->length));
         }
         return success();
     };
@@ -692,11 +712,12 @@ checkpoint_reader::read_plan checkpoint_reader::plan_reads(
 // is still in cache.
 result<void> checkpoint_reader::read_payloads(std::vector<payload_request>& requests,
                                               const std::vector<std::uint32_t>& in_order,
-                                              bool full, bool verify, unsigned readers) const
+                                              bool full, bool verify, unsigned readers,
+                                              detail::progress_meter& progress) const
 {
     const read_plan plan = plan_reads(requests, in_order);
     const auto read_job = [&](std::size_t j, unsigned) {
-        return read_job_payloads(requests, in_order, plan.jobs[j], full, verify);
+        return read_job_payloads(requests, in_order, plan.jobs[j], full, verify, progress);
     };
     BOOST_OUTCOME_TRY(
         detail::run_jobs(plan.jobs.size(), detail::io_threads(readers, plan.bytes), read_job));
@@ -708,7 +729,8 @@ result<void> checkpoint_reader::read_payloads(std::vector<payload_request>& requ
 
 result<void> checkpoint_reader::read_job_payloads(std::vector<payload_request>& requests,
                                                   const std::vector<std::uint32_t>& in_order,
-                                                  const read_job& job, bool full, bool verify) const
+                                                  const read_job& job, bool full, bool verify,
+                                                  detail::progress_meter& progress) const
 {
     const payload_location& first = *requests[in_order[job.first]].payload;
     if (full) {
@@ -726,6 +748,8 @@ result<void> checkpoint_reader::read_job_payloads(std::vector<payload_request>& 
                 sum.update({data + done, n});
             }
             done += n;
+            // Told before the whole payload is verified: its last piece is checked just below.
+            BOOST_OUTCOME_TRY(progress.add(n));
         }
         if (verify && sum.digest() != first.checksum) {
             return mismatch(r.name());
@@ -755,7 +779,11 @@ result<void> checkpoint_reader::read_job_payloads(std::vector<payload_request>& 
         }
         cursor = std::max(cursor, at + r.payload->length);
     }
-    return success();
+    std::uint64_t run_bytes = 0;
+    for (std::size_t i = job.first; i < job.last; ++i) {
+        run_bytes += requests[in_order[i]].payload->length;
+    }
+    return progress.add(run_bytes);
 }
 
 result<checkpoint> load_checkpoint_file(const std::filesystem::path& path,

@@ -271,18 +271,19 @@ header_encoder::header_encoder(std::uint64_t entries, std::uint64_t sections, si
 
 result<void> header_encoder::entry(std::uint64_t id, const dtype& original, const dtype& stored,
                                    std::span<const std::size_t> shape,
-                                   const payload_location& payload)
+                                   const payload_location& payload, std::string_view name)
 {
     byte_writer w{buffer_};
     w.u64(id);
     encode_dtype(w, original);
     encode_dtype(w, stored);
     w.u32(static_cast<std::uint32_t>(shape.size()));
-    w.u32(0);
+    w.u32(static_cast<std::uint32_t>(name.size()));
     for (const std::size_t d : shape) {
         w.u64(d);
     }
     encode_payload(w, payload);
+    w.bytes(name.data(), name.size());
     return flush_if_full();
 }
 
@@ -319,7 +320,7 @@ std::vector<std::uint8_t> encode_header(const checkpoint_index& index)
                                return success();
                            }};
     for (const checkpoint_entry_info& e : index.entries) {
-        static_cast<void>(encoder.entry(e.id, e.original, e.stored, e.shape, e.payload));
+        static_cast<void>(encoder.entry(e.id, e.original, e.stored, e.shape, e.payload, e.name));
     }
     for (const checkpoint_section_info& s : index.sections) {
         static_cast<void>(encoder.section(s.name, s.payload));
@@ -362,7 +363,7 @@ result<frame> decode_preamble(std::span<const std::uint8_t, preamble_size> bytes
     if (recorded != checksum(bytes.first(preamble_size - 8))) {
         return error{errc::checksum_mismatch, "checkpoint preamble checksum mismatch"};
     }
-    if (f.flags != 0 || reserved != 0) {
+    if ((f.flags & ~known_flags) != 0 || reserved != 0) {
         return error{errc::unsupported_version,
                      "checkpoint uses flags " + std::to_string(f.flags) +
                          " that this ruda " RUDA_VERSION_STRING " does not know; upgrade ruda"};
@@ -437,18 +438,36 @@ result<checkpoint_index> decode_header(std::span<const std::uint8_t> header, con
         e.original = *original;
         e.stored = *stored;
         const std::uint32_t rank = r.u32();
-        const std::uint32_t reserved = r.u32();
-        if (rank > checkpoint::max_rank || reserved != 0 || rank > r.remaining() / 8) {
+        const std::uint32_t name_length = r.u32();
+        if (rank > checkpoint::max_rank || rank > r.remaining() / 8) {
             return malformed("checkpoint entry " + std::to_string(k) + " (parameter " +
                              std::to_string(e.id) + ") has an invalid rank " +
                              std::to_string(rank));
+        }
+        if (name_length != 0 && ((f.flags & flag_entry_names) == 0 ||
+                                 name_length > checkpoint::max_parameter_name_length)) {
+            return malformed("checkpoint entry " + std::to_string(k) + " (parameter " +
+                             std::to_string(e.id) + ") has a name of invalid length " +
+                             std::to_string(name_length));
         }
         e.shape.resize(rank);
         for (std::size_t& d : e.shape) {
             d = r.u64();
         }
         e.payload = decode_payload(r);
+        if (name_length > r.remaining()) {
+            return malformed("checkpoint header is truncated");
+        }
+        const auto name = r.bytes(name_length);
+        e.name.assign(name.begin(), name.end());
+        if (!valid_utf8(e.name)) {
+            return malformed("checkpoint entry " + std::to_string(k) + " (parameter " +
+                             std::to_string(e.id) + ") has a name that is not UTF-8");
+        }
         index.entries.push_back(std::move(e));
+    }
+    if (auto unique = unique_parameter_names(index.entries); !unique) {
+        return malformed(unique.error().message());
     }
     std::set<std::string, std::less<>> names;
     for (std::uint64_t k = 0; k < sections; ++k) {

@@ -4,6 +4,7 @@
 
 #include <ruda/checkpoint/checkpoint.hpp>
 #include <ruda/checkpoint/detail/durable_writer.hpp>
+#include <ruda/checkpoint/detail/json_quote.hpp>
 #include <ruda/checkpoint/detail/regular_file.hpp>
 #include <ruda/checkpoint/detail/utf8.hpp>
 #include <ruda/optim/param_id.hpp>
@@ -29,6 +30,9 @@ namespace ruda {
 namespace {
 
 constexpr std::string_view original_dtype_key = "ruda.original_dtype.";
+// "ruda.id.<tensor name>": the parameter id of a named tensor, where the name alone does not
+// give it (see needs_id_key).
+constexpr std::string_view id_key = "ruda.id.";
 
 struct dtype_name {
     std::string_view name;
@@ -77,6 +81,34 @@ std::optional<dtype> float_dtype_from_name(std::string_view name)
     return std::nullopt;
 }
 
+// Parses a canonical decimal u64 ("0", "17"; no sign, no leading zero).
+std::optional<std::uint64_t> decimal_id(std::string_view name)
+{
+    if (name.empty() || name.size() > 20 || (name.size() > 1 && name[0] == '0')) {
+        return std::nullopt;
+    }
+    std::uint64_t value = 0;
+    const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), value);
+    if (ec != std::errc{} || end != name.data() + name.size()) {
+        return std::nullopt;
+    }
+    return value;
+}
+
+// The tensor's name in the file: the parameter's name if it has one, else its id in decimal.
+std::string tensor_name(const gradient_entry& entry)
+{
+    return entry.name.empty() ? std::to_string(entry.id) : entry.name;
+}
+
+// Whether an import would not find the entry's id from its tensor name alone: a name whose
+// `param_id::from_name` is another id, or a name that reads as a decimal id.
+bool needs_id_key(const gradient_entry& entry)
+{
+    return !entry.name.empty() &&
+           (param_id::from_name(entry.name).val() != entry.id || decimal_id(entry.name));
+}
+
 // The JSON header, padded with spaces so that the data starts 8-byte aligned.
 result<std::string> header_for(const std::vector<gradient_entry>& entries)
 {
@@ -84,6 +116,7 @@ result<std::string> header_for(const std::vector<gradient_entry>& entries)
     std::string tensors;
     std::uint64_t offset = 0;
     for (const gradient_entry& entry : entries) {
+        const std::string tensor = tensor_name(entry);
         const auto name = safetensors_name(entry.data.dtype());
         if (!name) {
             return error{errc::invalid_dtype,
@@ -92,10 +125,14 @@ result<std::string> header_for(const std::vector<gradient_entry>& entries)
                              "bf16), not " + to_string(entry.data.dtype())};
         }
         if (!(dtype_from_name(*name) == entry.dtype)) {
-            metadata += ",\"" + std::string{original_dtype_key} + std::to_string(entry.id) +
-                        "\":\"" + to_string(entry.dtype) + "\"";
+            metadata += ',' + detail::json_quote(std::string{original_dtype_key} + tensor) + ":\"" +
+                        to_string(entry.dtype) + '"';
         }
-        tensors += ",\"" + std::to_string(entry.id) + "\":{\"dtype\":\"" + std::string{*name} +
+        if (needs_id_key(entry)) {
+            metadata += ',' + detail::json_quote(std::string{id_key} + tensor) + ":\"" +
+                        std::to_string(entry.id) + '"';
+        }
+        tensors += ',' + detail::json_quote(tensor) + ":{\"dtype\":\"" + std::string{*name} +
                    "\",\"shape\":[";
         for (std::size_t i = 0; i < entry.data.shape().size(); ++i) {
             if (i != 0) {
@@ -127,7 +164,8 @@ using read_function =
     std::function<result<void>(std::uint8_t* data, std::size_t size, std::uint64_t offset)>;
 
 struct tensor_plan {
-    std::string name;
+    std::string name;           // the tensor's, in the file
+    std::string parameter_name; // the entry's: the tensor's unless it is a decimal id
     std::uint64_t id;
     dtype stored;
     dtype original;
@@ -136,19 +174,6 @@ struct tensor_plan {
     std::uint64_t end;
 };
 
-// Parses a canonical decimal u64 ("0", "17"; no sign, no leading zero).
-std::optional<std::uint64_t> decimal_id(std::string_view name)
-{
-    if (name.empty() || name.size() > 20 || (name.size() > 1 && name[0] == '0')) {
-        return std::nullopt;
-    }
-    std::uint64_t value = 0;
-    const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), value);
-    if (ec != std::errc{} || end != name.data() + name.size()) {
-        return std::nullopt;
-    }
-    return value;
-}
 
 // The header's JSON, read by the format's own grammar: an object whose members are tensors
 // ({"dtype": string, "shape": [uint...], "data_offsets": [uint, uint]}) or "__metadata__"
@@ -431,9 +456,14 @@ private:
                          "safetensors " + source_ + ": " + quoted + " has dtype " + *type_name +
                              "; gradients are F64, F32, F16 or BF16"};
         }
-        tensor_plan plan{name, 0, *stored, *stored, shape(dims->begin(), dims->end()),
+        tensor_plan plan{name, {}, 0, *stored, *stored, shape(dims->begin(), dims->end()),
                          (*offsets)[0], (*offsets)[1]};
-        plan.id = decimal_id(name).value_or(param_id::from_name(name).val());
+        if (const auto id = decimal_id(name)) {
+            plan.id = *id;
+        } else {
+            plan.id = param_id::from_name(name).val();
+            plan.parameter_name = name;
+        }
         auto count = checked_num_elements(plan.dims);
         if (!count) {
             return error{errc::shape_overflow,
@@ -455,7 +485,8 @@ private:
     }
 
     // Other keys ("format", "producer") are kept by nobody; "ruda.original_dtype.<name>"
-    // restores the dtype a float gradient had before it was stored. Tensors are found by name
+    // restores the dtype a float gradient had before it was stored, "ruda.id.<name>" the id of
+    // a named tensor. Tensors are found by name
     // through a map, so that many keys cost no more than linear time.
     result<void> apply_metadata(const std::vector<std::pair<std::string, std::string>>& metadata,
                                 std::vector<tensor_plan>& plans) const
@@ -466,6 +497,17 @@ private:
             by_name.emplace(plan.name, &plan);
         }
         for (const auto& [key, value] : metadata) {
+            if (std::string_view{key}.starts_with(id_key)) {
+                const std::string_view tensor = std::string_view{key}.substr(id_key.size());
+                const auto id = decimal_id(value);
+                const auto plan = by_name.find(tensor);
+                if (!id || plan == by_name.end()) {
+                    return malformed("metadata \"" + key + "\" names no tensor or no id");
+                }
+                plan->second->id = *id;
+                plan->second->parameter_name = tensor;
+                continue;
+            }
             if (!std::string_view{key}.starts_with(original_dtype_key)) {
                 continue;
             }
@@ -549,7 +591,8 @@ result<gradients_params_record> import_from(const std::string& source, std::uint
     for (tensor_plan& plan : plans) {
         entries.push_back({plan.id, plan.original,
                            tensor_data{data.slice(plan.begin, plan.end - plan.begin),
-                                       std::move(plan.dims), plan.stored}});
+                                       std::move(plan.dims), plan.stored},
+                           std::move(plan.parameter_name)});
     }
     gradients_params_record record{std::move(entries)};
     BOOST_OUTCOME_TRY(validate_gradients_record(record));

@@ -39,6 +39,13 @@ std::vector<param_id> gradients_params::ids() const
     return sorted_ids();
 }
 
+std::string gradients_params::name(param_id id) const
+{
+    const std::shared_lock lock{mutex_};
+    const auto found = entries_.find(id);
+    return found == entries_.end() ? std::string{} : found->second.name;
+}
+
 std::size_t gradients_params::size() const
 {
     const std::shared_lock lock{mutex_};

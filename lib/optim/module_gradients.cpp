@@ -53,7 +53,8 @@ result<gradients_params> collect(const torch::nn::Module& module, Pick pick)
             return error{wrapped.error().code(),
                          label(parameter.name, id) + ": " + wrapped.error().message()};
         }
-        out.insert<torch_backend>(id, tensor_primitive<torch_backend>{std::move(wrapped).value()});
+        out.insert<torch_backend>(id, tensor_primitive<torch_backend>{std::move(wrapped).value()},
+                                  parameter.name);
     }
     return out;
 }

@@ -10,7 +10,9 @@
 #include <cereal/types/vector.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <atomic>
 #include <map>
+#include <stdexcept>
 #include <string>
 
 namespace {
@@ -537,6 +539,159 @@ BOOST_AUTO_TEST_CASE(large_payloads_stream_past_the_buffer)
     const auto loaded = ruda::load_checkpoint_file(dir / "big.ruda");
     BOOST_REQUIRE(loaded);
     BOOST_TEST((loaded.value() == original));
+}
+
+
+
+BOOST_AUTO_TEST_CASE(parameter_names_are_kept_and_files_without_them_are_unchanged)
+{
+    const temp_dir dir;
+    auto entries = ruda::test::valid_sample().into_entries();
+    entries[0].name = "fc1.weight";
+    entries[1].name = "encoder.layers.0.self_attn.q_proj.bias";
+    entries[2].name = "caf\xc3\xa9 | \"quoted\""; // any UTF-8
+    ruda::checkpoint named{ruda::gradients_params_record{entries}};
+    named.put("step", std::uint64_t{3}).value();
+    const auto path = dir / "named.ruda";
+    ruda::save_checkpoint_file(path, named).value();
+    BOOST_TEST(ruda::test::read_bytes(path)[12] == ruda::detail::flag_entry_names);
+    const auto loaded = ruda::load_checkpoint_file(path);
+    BOOST_REQUIRE(loaded);
+    BOOST_TEST((loaded.value() == named));
+    BOOST_TEST(ruda::checkpoint_reader::open(path).value().index().entries[1].name ==
+               entries[1].name);
+    const auto some = ruda::load_checkpoint_file(path, {.only_ids = std::vector<std::uint64_t>{1, 4}});
+    BOOST_REQUIRE(some);
+    BOOST_TEST(some.value().gradients().entries()[0].name == "fc1.weight");
+    BOOST_TEST(some.value().gradients().entries()[1].name.empty());
+
+    // A file without names sets no flag: any reader of format version 1 reads it.
+    const auto plain = ruda::test::read_bytes(saved_sample(dir));
+    BOOST_TEST(ruda::test::le64(plain, 8) == 1U); // format version 1, flags 0
+}
+
+BOOST_AUTO_TEST_CASE(forged_names_are_refused_at_load_and_unsavable_names_at_save)
+{
+    const temp_dir dir;
+    const auto path = saved_sample(dir);
+    const auto whole = ruda::test::read_bytes(path);
+    const auto with_names = [](ruda::detail::frame& f) { f.flags = ruda::detail::flag_entry_names; };
+    const auto forge = [&](const std::function<void(ruda::checkpoint_index&)>& edit,
+                           bool flagged = true) {
+        ruda::test::write_bytes(path, whole);
+        ruda::test::rewrite(path, edit, flagged ? with_names : std::function<void(ruda::detail::frame&)>{});
+    };
+    forge([](auto& i) { i.entries[0].name = std::string(1, 'x'); }, false);
+    expect_error(path, errc::malformed_record, "(parameter 1) has a name of invalid length 1");
+    forge([](auto& i) { i.entries[0].name = std::string(1025, 'n'); });
+    expect_error(path, errc::malformed_record, "(parameter 1) has a name of invalid length 1025");
+    forge([](auto& i) { i.entries[1].name = "caf\xe9"; });
+    expect_error(path, errc::malformed_record, "(parameter 2) has a name that is not UTF-8");
+    forge([](auto& i) { i.entries[2].name = i.entries[5].name = "fc1.bias"; });
+    expect_error(path, errc::malformed_record, "Parameters 3 and 6 have the same name fc1.bias");
+    forge([](auto& i) { i.entries[0].name = std::string(1024, 'n'); }); // the longest allowed
+    BOOST_TEST(ruda::load_checkpoint_file(path).value().gradients().entries()[0].name.size() == 1024U);
+    ruda::test::write_bytes(path, whole);
+    ruda::test::rewrite(path, [](auto&) {}, [](auto& f) { f.flags = 2; });
+    expect_error(path, errc::unsupported_version, "flags 2");
+
+    // A save refuses each before writing a byte.
+    const auto refused = [&](std::string first, std::string second, const std::string& text) {
+        auto entries = ruda::test::valid_sample().into_entries();
+        entries[0].name = std::move(first);
+        entries[1].name = std::move(second);
+        const auto target = dir / "refused.ruda";
+        const auto saved = ruda::save_checkpoint_file(
+            target, ruda::checkpoint{ruda::gradients_params_record{std::move(entries)}});
+        BOOST_REQUIRE(!saved);
+        BOOST_TEST(saved.error() == errc::malformed_record);
+        BOOST_TEST(saved.error().message().find(text) != std::string::npos, saved.error().message());
+        BOOST_TEST(!std::filesystem::exists(target));
+    };
+    refused("a", "a", "Parameters 1 and 2 have the same name a");
+    refused(std::string(1025, 'n'), "", "Parameter 1 has a name of 1025 bytes");
+    refused("", "caf\xe9", "Parameter 2 has a name that is not UTF-8");
+}
+
+BOOST_AUTO_TEST_CASE(saves_and_loads_report_progress_and_a_throwing_report_stops_them)
+{
+    const temp_dir dir;
+    // Small payloads gathered into runs, and one of 20 MiB, written in pieces by 4 writers.
+    auto entries = ruda::test::valid_sample().into_entries();
+    entries[0].data = ruda::test::patterned(std::size_t{20} << 20U, {std::size_t{5} << 20U},
+                                            ruda::dtype::f32());
+    entries[0].dtype = ruda::dtype::f32();
+    ruda::checkpoint contents{ruda::gradients_params_record{entries}};
+    contents.put("step", std::uint64_t{5}).value();
+    std::uint64_t payload_bytes = contents.sections()[0].bytes.size();
+    for (const auto& e : entries) {
+        payload_bytes += e.data.bytes().size();
+    }
+    // Every call sees more done than the last, of the same total, and the last sees it all.
+    struct seen {
+        std::vector<ruda::checkpoint_progress> calls;
+        std::atomic<int> inside{0};
+        bool overlapped = false;
+        void operator()(const ruda::checkpoint_progress& p)
+        {
+            overlapped = overlapped || inside.fetch_add(1) != 0;
+            calls.push_back(p);
+            inside.fetch_sub(1);
+        }
+        void check(std::uint64_t total) const
+        {
+            BOOST_REQUIRE(!calls.empty());
+            BOOST_TEST(!overlapped);
+            for (std::size_t i = 0; i < calls.size(); ++i) {
+                BOOST_TEST(calls[i].bytes_total == total);
+                BOOST_TEST((i == 0 || calls[i].bytes_done > calls[i - 1].bytes_done));
+            }
+            BOOST_TEST(calls.back().bytes_done == total);
+        }
+    };
+    const auto path = dir / "progress.ruda";
+    seen saving;
+    ruda::checkpoint_save_options save_options;
+    save_options.writers = 4;
+    save_options.on_progress = [&](const auto& p) { saving(p); };
+    ruda::save_checkpoint_file(path, contents, save_options).value();
+    saving.check(payload_bytes);
+    BOOST_TEST(saving.calls.size() >= 3U); // the large payload alone comes in 3 pieces
+
+    seen loading;
+    ruda::checkpoint_load_options load_options;
+    load_options.readers = 4;
+    load_options.on_progress = [&](const auto& p) { loading(p); };
+    BOOST_TEST((ruda::load_checkpoint_file(path, load_options).value() == contents));
+    loading.check(payload_bytes);
+    seen mapped; // a sealed memfd is mapped, not read: progress all the same
+    load_options.on_progress = [&](const auto& p) { mapped(p); };
+    const ruda::test::sealed_memfd sealed{ruda::test::read_bytes(path)};
+    BOOST_TEST(ruda::checkpoint_reader::open(sealed.path()).value().load(load_options).has_value());
+    mapped.check(payload_bytes);
+
+    // A report that throws stops the save (the previous file stays, no temporary is left)
+    // and the load, with errc::cancelled.
+    save_options.on_progress = [](const auto& p) {
+        if (p.bytes_done > 0) {
+            throw std::runtime_error("enough");
+        }
+    };
+    const auto stopped = ruda::save_checkpoint_file(path, ruda::checkpoint{}, save_options);
+    BOOST_TEST(stopped.has_value()); // nothing to write, nothing reported
+    const auto stopped_save = ruda::save_checkpoint_file(path, contents, save_options);
+    BOOST_REQUIRE(!stopped_save);
+    BOOST_TEST(stopped_save.error() == errc::cancelled);
+    BOOST_TEST(stopped_save.error().message().find("Stopped by on_progress: exception: enough") !=
+                   std::string::npos,
+               stopped_save.error().message());
+    BOOST_TEST(!std::filesystem::exists(dir / "progress.ruda.tmp"));
+    BOOST_TEST(ruda::load_checkpoint_file(path).value().gradients().entries().empty());
+    ruda::save_checkpoint_file(path, contents).value();
+    load_options.on_progress = save_options.on_progress;
+    const auto stopped_load = ruda::load_checkpoint_file(path, load_options);
+    BOOST_REQUIRE(!stopped_load);
+    BOOST_TEST(stopped_load.error() == errc::cancelled);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -427,7 +427,7 @@ BOOST_AUTO_TEST_CASE(async_save_reports_snapshot_and_write_failures)
     const auto good = two_gradients(device);
     ops.fail_at = 1;
     staged.reset();
-    manager.async_save<gpu>(2, good, {}, {}, boost::asio::bind_executor(io, [&](auto&& r) {
+    manager.async_save<gpu>(2, good, {}, boost::asio::bind_executor(io, [&](auto&& r) { // default options
                                 staged.emplace(std::move(r));
                             }));
     BOOST_REQUIRE(ruda::test::run_until(io, [&] { return staged.has_value(); }));

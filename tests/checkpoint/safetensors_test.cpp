@@ -320,4 +320,69 @@ BOOST_AUTO_TEST_CASE(import_names_a_missing_file)
     BOOST_TEST(mentions(missing.error(), "none.safetensors"));
 }
 
+
+
+BOOST_AUTO_TEST_CASE(named_gradients_export_under_their_names_and_import_back_equal)
+{
+    const temp_dir dir;
+    auto entries = exportable_sample().into_entries();
+    entries[0].id = ruda::param_id::from_name("fc1.weight").val(); // as from_module keys it
+    entries[0].name = "fc1.weight";
+    entries[1].name = "custom";         // an id of the user's own: kept in the metadata
+    entries[2].name = "42";             // a name that reads as an id: so is this one's
+    entries[3].name = "caf\xc3\xa9 \"q\""; // escaped in the header
+    const auto path = dir / "named.safetensors";
+    ruda::export_safetensors(ruda::gradients_params_record{entries}, path).value();
+    const auto bytes = ruda::test::read_bytes(path);
+    const std::string header(bytes.begin() + 8,
+                             bytes.begin() + 8 + static_cast<long>(ruda::test::le64(bytes, 0)));
+    BOOST_TEST(header.find(R"("fc1.weight":{"dtype":)") != std::string::npos);
+    BOOST_TEST(header.find(R"("caf)" "\xc3\xa9" R"( \"q\"":{"dtype":)") != std::string::npos);
+    BOOST_TEST(header.find(R"("ruda.id.custom":"2")") != std::string::npos);
+    BOOST_TEST(header.find(R"("ruda.id.42":"3")") != std::string::npos);
+    BOOST_TEST(header.find("ruda.id.fc1.weight") == std::string::npos);
+    BOOST_TEST(header.find(R"("5":{"dtype":)") != std::string::npos); // unnamed: its id
+
+    const auto back = ruda::import_safetensors(path);
+    BOOST_REQUIRE_MESSAGE(back.has_value(), (back ? "" : back.error().message()));
+    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    BOOST_REQUIRE_EQUAL(back.value().entries().size(), entries.size());
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        const auto& a = entries[i];
+        const auto& b = back.value().entries()[i];
+        BOOST_TEST(b.id == a.id);
+        BOOST_TEST(b.name == a.name);
+        BOOST_TEST(b.dtype == a.dtype); // flex32 comes back as F32 data of a flex32 gradient
+        BOOST_TEST((b.data.bytes() == a.data.bytes()));
+    }
+
+    // The export refuses two entries of one name, before writing a byte.
+    entries[1].name = entries[2].name = "twice";
+    const auto twice = ruda::export_safetensors(ruda::gradients_params_record{entries}, dir / "t.safetensors");
+    BOOST_TEST(twice.error() == errc::malformed_record);
+    BOOST_TEST(mentions(twice.error(), "have the same name twice"));
+    BOOST_TEST(!std::filesystem::exists(dir / "t.safetensors"));
+}
+
+BOOST_AUTO_TEST_CASE(import_refuses_id_metadata_that_names_no_tensor_or_no_id)
+{
+    const std::string tensor = R"("w":{"dtype":"F32","shape":[],"data_offsets":[0,4]})";
+    const auto with = [&](const std::string& metadata) {
+        return import(R"({"__metadata__":{)" + metadata + "}," + tensor + "}", 4);
+    };
+    const auto kept = with(R"("ruda.id.w":"77")");
+    BOOST_REQUIRE(kept.has_value());
+    BOOST_TEST(kept.value().entries()[0].id == 77U);
+    BOOST_TEST(kept.value().entries()[0].name == "w");
+    for (const std::string bad : {R"("ruda.id.v":"77")", R"("ruda.id.w":"x")", R"("ruda.id.w":"-1")"}) {
+        const auto refused = with(bad);
+        BOOST_TEST(refused.error() == errc::malformed_record, bad);
+        BOOST_TEST(mentions(refused.error(), "names no tensor or no id"), bad);
+    }
+    const auto clash = import(R"({"__metadata__":{"ruda.id.a":"5"},"a":{"dtype":"F32","shape":[],)"
+                              R"("data_offsets":[0,4]},"5":{"dtype":"F32","shape":[],"data_offsets":[4,8]}})",
+                              8);
+    BOOST_TEST(clash.error() == errc::duplicate_param_id);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

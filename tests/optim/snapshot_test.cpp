@@ -8,6 +8,7 @@
 #include <ruda/optim/async_snapshot.hpp>
 #include <ruda/optim/gradients_params.hpp>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/use_future.hpp>
@@ -80,6 +81,34 @@ BOOST_AUTO_TEST_CASE(entries_are_sorted_with_the_original_dtype)
     BOOST_TEST(entries[1].id == 30U);
     BOOST_TEST(entries[1].dtype == ruda::dtype::bf16());
     BOOST_TEST(entries[1].data == half);
+}
+
+BOOST_AUTO_TEST_CASE(names_go_from_the_container_into_the_record_and_back)
+{
+    const ruda::test::watchdog guard{"names_go_from_the_container_into_the_record_and_back"};
+    ruda::gradients_params grads;
+    grads.insert<cpu>(ruda::param_id{2}, cpu::float_from_data(floats({1}), {}).value(), "fc1.bias");
+    grads.insert<cpu>(ruda::param_id{1}, cpu::float_from_data(floats({2}), {}).value());
+    BOOST_TEST(grads.name(ruda::param_id{2}) == "fc1.bias");
+    BOOST_TEST(grads.name(ruda::param_id{1}).empty());
+    BOOST_TEST(grads.name(ruda::param_id{3}).empty());
+    const auto record = grads.try_to_record<cpu>().value();
+    BOOST_TEST(record.entries()[0].name.empty());
+    BOOST_TEST(record.entries()[1].name == "fc1.bias");
+    BOOST_TEST(record.into_item<ruda::half_precision>().value().entries()[1].name == "fc1.bias");
+    const auto restored = ruda::gradients_params::from_record<cpu>(record, {}).value();
+    BOOST_TEST(restored.name(ruda::param_id{2}) == "fc1.bias");
+    grads.insert<cpu>(ruda::param_id{2}, cpu::float_from_data(floats({1}), {}).value());
+    BOOST_TEST(grads.name(ruda::param_id{2}).empty()); // replaced, name and all
+
+    // Through the gather too, on a backend whose reads wait.
+    boost::asio::io_context io;
+    const ruda::async_device device{{.latency = 1ms}};
+    ruda::gradients_params on_device;
+    on_device.insert<gpu>(ruda::param_id{5}, gpu::float_from_data(floats({3}), device).value(), "w");
+    auto snapshot = ruda::test::run_to_end(io, on_device.to_record_async<gpu>());
+    BOOST_REQUIRE(snapshot.has_value());
+    BOOST_TEST(snapshot->value().entries()[0].name == "w");
 }
 
 BOOST_AUTO_TEST_CASE(an_empty_container_gives_an_empty_record)
@@ -312,6 +341,13 @@ snapshot_awaited(const ruda::gradients_params& grads)
     co_return co_await ruda::async_snapshot<gpu>(grads, {}, boost::asio::use_awaitable);
 }
 
+boost::asio::awaitable<ruda::result<ruda::gradients_params_record>>
+snapshot_as_tuple(const ruda::gradients_params& grads)
+{
+    auto [record] = co_await ruda::async_snapshot<gpu>(grads, boost::asio::as_tuple(boost::asio::use_awaitable));
+    co_return record;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_CASE(async_snapshot_takes_any_completion_token)
@@ -326,14 +362,14 @@ BOOST_AUTO_TEST_CASE(async_snapshot_takes_any_completion_token)
     BOOST_REQUIRE(*awaited);
     BOOST_TEST(awaited->value().entries().size() == 4U);
 
-    std::optional<ruda::result<ruda::gradients_params_record>> called;
-    ruda::async_snapshot<gpu>(grads, {}, boost::asio::bind_executor(io, [&](auto r) {
+    std::optional<ruda::result<ruda::gradients_params_record>> called; // default options
+    ruda::async_snapshot<gpu>(grads, boost::asio::bind_executor(io, [&](auto r) {
                                   called.emplace(std::move(r));
                               }));
     BOOST_REQUIRE(ruda::test::run_until(io, [&] { return called.has_value(); }));
     BOOST_TEST((called->value() == awaited->value()));
 
-    auto op = ruda::async_snapshot<gpu>(grads, {}, boost::asio::deferred);
+    auto op = ruda::async_snapshot<gpu>(grads, boost::asio::deferred);
     std::optional<ruda::result<ruda::gradients_params_record>> deferred_result;
     std::move(op)(boost::asio::bind_executor(io, [&](auto r) { deferred_result.emplace(std::move(r)); }));
     BOOST_REQUIRE(ruda::test::run_until(io, [&] { return deferred_result.has_value(); }));
@@ -349,7 +385,12 @@ BOOST_AUTO_TEST_CASE(async_snapshot_takes_any_completion_token)
     runner.join();
     BOOST_TEST((from_future.value() == awaited->value()));
 
-    // Failures arrive through the token too.
+    // as_tuple: a one-element tuple of the result (an error code and a value would not bind).
+    auto tupled = ruda::test::run_to_end(io, snapshot_as_tuple(grads));
+    BOOST_REQUIRE(tupled.has_value());
+    BOOST_TEST((tupled->value() == awaited->value()));
+
+    // Failures arrive through the token too, code and message.
     const ruda::async_device failing{{.fail_read = 1}};
     const auto bad = device_grads(failing, 2);
     std::optional<ruda::result<ruda::gradients_params_record>> failed;
@@ -358,6 +399,8 @@ BOOST_AUTO_TEST_CASE(async_snapshot_takes_any_completion_token)
                               }));
     BOOST_REQUIRE(ruda::test::run_until(io, [&] { return failed.has_value(); }));
     BOOST_TEST(failed->error() == errc::read_failed);
+    BOOST_TEST(failed->error().message().find("Reading gradient for parameter") == 0U,
+               failed->error().message());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

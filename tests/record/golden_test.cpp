@@ -1,7 +1,9 @@
 // Files written by ruda before tensor bytes moved into ruda::storage (tests/record/data, written
-// by the release before that change): each loads into the same record, and ruda writes each
-// again byte for byte, so the change left cereal's encodings and the checkpoint format as
-// they were.
+// by the release before that change): each loads into the same record, and ruda writes the
+// checkpoint again byte for byte, so the change left the checkpoint format as it was. The
+// cereal archives are of gradient_entry version 1; version 2 added the parameter's name, and
+// golden-v2.* (written when it did) pin its encoding: v1 archives load with empty names, v2
+// archives load with the names, and ruda writes v2 again byte for byte.
 #include <ruda/checkpoint/checkpoint_file.hpp>
 #include <ruda/optim/record_serialization.hpp>
 #include <ruda/record/text_nesting.hpp>
@@ -51,37 +53,52 @@ ruda::gradients_params_record golden()
     return ruda::gradients_params_record{std::move(e)};
 }
 
-template <class In, class Out>
-void round_trip(const std::string& name)
+// The same record with names, as version 2 of gradient_entry holds them.
+ruda::gradients_params_record golden_named()
+{
+    auto entries = golden().into_entries();
+    entries[0].name = "fc1.weight";
+    entries[3].name = "caf\xc3\xa9 \"q\"";
+    return ruda::gradients_params_record{std::move(entries)};
+}
+
+template <class In>
+ruda::gradients_params_record load_from(const std::string& name)
 {
     const std::string bytes = file_text(name);
     BOOST_REQUIRE(!bytes.empty());
     ruda::gradients_params_record loaded{{}};
-    {
-        std::istringstream in{bytes};
-        In ar{in};
-        ar(cereal::make_nvp("record", loaded));
-    }
-    BOOST_TEST((loaded == golden()), name);
+    std::istringstream in{bytes};
+    In ar{in};
+    ar(cereal::make_nvp("record", loaded));
+    return loaded;
+}
+
+template <class In, class Out>
+void round_trip(const std::string& suffix)
+{
+    const std::string v2 = "golden-v2." + suffix;
     std::ostringstream out;
     {
         Out ar{out};
-        ar(cereal::make_nvp("record", golden()));
+        ar(cereal::make_nvp("record", golden_named()));
     }
-    BOOST_TEST((out.str() == bytes), name << " is written again byte for byte");
+    BOOST_TEST((load_from<In>("golden." + suffix) == golden()), suffix << " version 1");
+    BOOST_TEST((load_from<In>(v2) == golden_named()), suffix << " version 2");
+    BOOST_TEST((out.str() == file_text(v2)), v2 << " is written again byte for byte");
 }
 
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(record_golden)
 
-BOOST_AUTO_TEST_CASE(cereal_archives_from_before_storage_load_and_are_written_again_identically)
+BOOST_AUTO_TEST_CASE(cereal_archives_of_both_versions_load_and_version_2_is_written_identically)
 {
-    round_trip<cereal::BinaryInputArchive, cereal::BinaryOutputArchive>("golden.cereal-binary");
+    round_trip<cereal::BinaryInputArchive, cereal::BinaryOutputArchive>("cereal-binary");
     round_trip<cereal::PortableBinaryInputArchive, cereal::PortableBinaryOutputArchive>(
-        "golden.cereal-portable");
-    round_trip<cereal::JSONInputArchive, cereal::JSONOutputArchive>("golden.cereal-json");
-    round_trip<cereal::XMLInputArchive, cereal::XMLOutputArchive>("golden.cereal-xml");
+        "cereal-portable");
+    round_trip<cereal::JSONInputArchive, cereal::JSONOutputArchive>("cereal-json");
+    round_trip<cereal::XMLInputArchive, cereal::XMLOutputArchive>("cereal-xml");
 }
 
 BOOST_AUTO_TEST_CASE(a_checkpoint_from_before_storage_loads_and_is_saved_again_identically)

@@ -62,16 +62,16 @@ BOOST_AUTO_TEST_CASE(the_table_lists_entries_and_sections)
     BOOST_TEST(r.status == 0);
     BOOST_TEST(contains(r.out, path.string() + ": format 1, written by ruda " RUDA_VERSION_STRING));
     BOOST_TEST(contains(r.out, "14 gradients, 1 sections"));
-    BOOST_TEST(contains(r.out, "| id | dtype | stored | shape | bytes | checksum |"));
-    BOOST_TEST(contains(r.out, "| 1 | f64 | f64 | [2, 3] | 48 | ok |"));
-    BOOST_TEST(contains(r.out, "| 9 | bf16 | f16 | [3, 2] | 12 | ok |"));
-    BOOST_TEST(contains(r.out, "| 7 | f16 | f16 | [3, 0, 2] | 0 | ok |"));
-    BOOST_TEST(contains(r.out, "| step | 8 | ok |"));
+    BOOST_TEST(contains(r.out, "| id | name | dtype | stored | shape | size | checksum |"));
+    BOOST_TEST(contains(r.out, "| 1 |  | f64 | f64 | [2, 3] | 48 B | ok |"));
+    BOOST_TEST(contains(r.out, "| 9 |  | bf16 | f16 | [3, 2] | 12 B | ok |"));
+    BOOST_TEST(contains(r.out, "| 7 |  | f16 | f16 | [3, 0, 2] | 0 B | ok |"));
+    BOOST_TEST(contains(r.out, "| step | 8 B | ok |"));
 
     corrupt_first_payload(path);
     const auto bad = inspect({path.string()});
     BOOST_TEST(bad.status == 1);
-    BOOST_TEST(contains(bad.out, "| 1 | f64 | f64 | [2, 3] | 48 | MISMATCH |"));
+    BOOST_TEST(contains(bad.out, "| 1 |  | f64 | f64 | [2, 3] | 48 B | MISMATCH |"));
     BOOST_TEST(contains(bad.out, "checksum mismatch in the gradient of parameter 1"));
 }
 
@@ -84,7 +84,7 @@ BOOST_AUTO_TEST_CASE(verify_gives_one_line_per_file_and_the_exit_status)
     const auto ok = inspect({"--verify", good.string()});
     BOOST_TEST(ok.status == 0);
     BOOST_TEST(ok.out == good.string() + ": ok (14 gradients, 1 sections, " +
-                             std::to_string(std::filesystem::file_size(good)) + " bytes)\n");
+                             ruda::tools::human_size(std::filesystem::file_size(good)) + ")\n");
 
     // A directory stands for its .ruda files, in name order.
     const auto both = inspect({"--verify", dir.path().string()});
@@ -198,6 +198,75 @@ BOOST_AUTO_TEST_CASE(json_is_valid_and_complete)
     BOOST_TEST(!c["ok"].GetBool());
     BOOST_TEST(contains(c["error"].GetString(), "not a ruda checkpoint"));
     BOOST_TEST(!c.HasMember("entries"));
+}
+
+BOOST_AUTO_TEST_CASE(parameter_names_and_sizes_read_as_a_person_reads_them)
+{
+    BOOST_TEST(ruda::tools::human_size(0) == "0 B");
+    BOOST_TEST(ruda::tools::human_size(1023) == "1023 B");
+    BOOST_TEST(ruda::tools::human_size(1024) == "1.0 KiB");
+    BOOST_TEST(ruda::tools::human_size(1536) == "1.5 KiB");
+    BOOST_TEST(ruda::tools::human_size(std::uint64_t{5} << 30U) == "5.0 GiB");
+    BOOST_TEST(ruda::tools::human_size(~std::uint64_t{0}) == "16.0 EiB");
+
+    const temp_dir dir;
+    auto entries = ruda::test::valid_sample().into_entries();
+    entries[0].name = "fc1.weight";
+    entries[1].name = "a|b \"q\"";
+    entries[2].data = ruda::tensor_data{std::vector<std::uint8_t>(std::size_t{3} << 20U), {786432},
+                                        ruda::dtype::f32()};
+    entries[2].dtype = ruda::dtype::f32();
+    const auto path = dir / "named.ruda";
+    ruda::save_checkpoint_file(path, ruda::checkpoint{ruda::gradients_params_record{entries}}).value();
+    const auto table = inspect({path.string()});
+    BOOST_TEST(table.status == 0);
+    BOOST_TEST(contains(table.out, "3.0 MiB (" + std::to_string(std::filesystem::file_size(path)) +
+                                       " bytes), 14 gradients"));
+    BOOST_TEST(contains(table.out, "| 1 | fc1.weight | f64 | f64 | [2, 3] | 48 B | ok |"));
+    BOOST_TEST(contains(table.out, "| 2 | a\\|b \"q\" | f32 |"));
+    BOOST_TEST(contains(table.out, "| 3 |  | f32 | f32 | [786432] | 3.0 MiB | ok |"));
+
+    const auto json = inspect({"--json", path.string()});
+    rapidjson::Document doc;
+    doc.Parse(json.out.c_str());
+    BOOST_REQUIRE(!doc.HasParseError());
+    BOOST_TEST(std::string(doc[0]["entries"][0]["name"].GetString()) == "fc1.weight");
+    BOOST_TEST(std::string(doc[0]["entries"][1]["name"].GetString()) == "a|b \"q\"");
+    BOOST_TEST(doc[0]["entries"][2]["name"].IsNull());
+    BOOST_TEST(doc[0]["bytes"].GetUint64() == std::filesystem::file_size(path));
+}
+
+BOOST_AUTO_TEST_CASE(a_progress_line_is_drawn_in_place_and_erased)
+{
+    const temp_dir dir;
+    // Float gradients only, which a safetensors export takes.
+    std::vector<ruda::gradient_entry> floats;
+    const auto all = ruda::test::valid_sample();
+    for (const auto& entry : all.entries()) {
+        if (!entry.dtype.is_quantized()) {
+            floats.push_back(entry);
+        }
+    }
+    const auto path = dir / "a.ruda";
+    ruda::save_checkpoint_file(path, ruda::checkpoint{ruda::gradients_params_record{floats}}).value();
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{path.string()}, {"--verify", path.string()},
+          {"--export-safetensors", (dir / "g.safetensors").string(), path.string()}}) {
+        std::ostringstream out;
+        std::ostringstream progress;
+        BOOST_TEST(ruda::tools::inspect_main(args, out, &progress) == 0, args.front());
+        const std::string line = progress.str();
+        // The last state drawn says it all, and the line is then blanked out.
+        const std::string done = path.string() + ": 100% of ";
+        BOOST_TEST(line.find("\r" + done) != std::string::npos, line);
+        const std::size_t last = line.rfind('\r', line.size() - 2);
+        BOOST_TEST(line.back() == '\r');
+        BOOST_TEST(line.substr(last + 1, line.size() - last - 2).find_first_not_of(' ') ==
+                   std::string::npos);
+        BOOST_TEST(out.str().find('\r') == std::string::npos); // the output itself stays clean
+    }
+    // Without a sink nothing is drawn (ruda-inspect passes one only for a terminal).
+    BOOST_TEST(inspect({path.string()}).out.find('\r') == std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(usage_errors_exit_2)

@@ -1,7 +1,10 @@
 // from_module and the way back: ids from parameter names, gradients shared not copied,
 // undefined gradients left out, and restores that check everything before changing the module.
+#include "../checkpoint/checkpoint_test_support.hpp"
 #include "../support/async_test.hpp"
 
+#include <ruda/checkpoint/checkpoint_file.hpp>
+#include <ruda/checkpoint/safetensors.hpp>
 #include <ruda/optim/module_gradients.hpp>
 
 #include <torch/torch.h>
@@ -9,6 +12,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstring>
+#include <set>
+#include <string>
 
 namespace {
 
@@ -48,6 +53,7 @@ BOOST_AUTO_TEST_CASE(from_module_keys_every_defined_gradient_by_its_name)
     BOOST_TEST(grads.size() == 4U);
     for (const char* name : {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}) {
         BOOST_TEST(grads.get<tb>(id_of(name)).has_value(), name);
+        BOOST_TEST(grads.name(id_of(name)) == name); // kept, for checkpoints and exports
     }
     // The entries are the module's gradient tensors themselves.
     const auto entry = grads.get<tb>(id_of("fc1.weight")).value();
@@ -55,6 +61,38 @@ BOOST_AUTO_TEST_CASE(from_module_keys_every_defined_gradient_by_its_name)
 
     model.fc2->bias.mutable_grad() = torch::Tensor{};
     BOOST_TEST(ruda::from_module(model).value().size() == 3U);
+}
+
+BOOST_AUTO_TEST_CASE(parameter_names_reach_checkpoints_and_safetensors_exports)
+{
+    net model;
+    backward_once(model);
+    const auto record = ruda::from_module(model).value().try_to_record<tb>().value();
+    const ruda::test::temp_dir dir;
+    // A checkpoint keeps them.
+    ruda::save_checkpoint_file(dir / "g.ruda", ruda::checkpoint{record}).value();
+    const auto index = ruda::checkpoint_reader::open(dir / "g.ruda").value().index();
+    std::set<std::string> names;
+    for (const auto& entry : index.entries) {
+        BOOST_TEST(entry.id == id_of(entry.name.c_str()).val(), entry.name);
+        names.insert(entry.name);
+    }
+    BOOST_TEST((names == std::set<std::string>{"fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"}));
+    // A safetensors export names its tensors by them, as a state dict does, with no id keys,
+    // and its import restores into the model.
+    ruda::export_safetensors(record, dir / "g.safetensors").value();
+    const auto bytes = ruda::test::read_bytes(dir / "g.safetensors");
+    const std::string header(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(ruda::test::le64(bytes, 0)));
+    for (const auto& name : names) {
+        BOOST_TEST(header.find("\"" + name + "\":{\"dtype\":\"F32\"") != std::string::npos, name);
+    }
+    BOOST_TEST(header.find("ruda.id.") == std::string::npos);
+    const auto imported = ruda::import_safetensors(dir / "g.safetensors").value();
+    BOOST_TEST((imported == record));
+    net fresh;
+    const auto restored = ruda::gradients_params::from_record<tb>(imported, {}).value();
+    ruda::restore_gradients(restored, fresh).value();
+    BOOST_TEST(fresh.fc2->weight.grad().equal(model.fc2->weight.grad()));
 }
 
 BOOST_AUTO_TEST_CASE(from_module_names_a_gradient_it_cannot_read)

@@ -96,6 +96,18 @@ BOOST_AUTO_TEST_CASE(takes_float_tensors_and_names_what_it_refuses)
         tb::float_tensor::wrap(torch::quantize_per_tensor(torch::ones({2}), 0.5, 0, torch::kQInt8));
     BOOST_TEST(quantized.error() == errc::invalid_dtype);
     BOOST_TEST(tb::quantized_tensor::wrap(torch::ones({2})).error() == errc::invalid_dtype);
+
+    // Another device is a device problem, whatever the dtype: said as such.
+    const auto elsewhere = tb::float_tensor::wrap(torch::zeros({2}, torch::device(torch::kMeta)));
+    BOOST_TEST(elsewhere.error() == errc::unsupported_device);
+    BOOST_TEST(elsewhere.error().message() ==
+               "torch backend: the tensor is on meta, and this build of ruda::torch reads CPU "
+               "tensors only (move it with .cpu(), or use cuda_backend for GPU memory)");
+    const auto upload = tb::float_from_data(
+        ruda::tensor_data::from_values(std::vector<float>{1}, {1}).value(),
+        tb::device{c10::Device{"cuda:0"}});
+    BOOST_TEST(upload.error() == errc::unsupported_device);
+    BOOST_TEST(upload.error().message().find("cannot upload to cuda:0") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(reads_copy_the_values_in_torch_layout)

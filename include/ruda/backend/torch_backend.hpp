@@ -24,7 +24,8 @@ namespace ruda {
 
 struct torch_backend {
     /// Where a tensor lives. This build reads and uploads CPU tensors; Debian's libtorch has
-    /// no CUDA, so a tensor on another device is refused with `errc::invalid_dtype`.
+    /// no CUDA, so a tensor on another device, and an upload to one, is refused with
+    /// `errc::unsupported_device` naming the device.
     struct device {
         c10::Device where{c10::kCPU};
         friend bool operator==(const device&, const device&) = default;
@@ -35,7 +36,8 @@ struct torch_backend {
     class float_tensor {
     public:
         /// `errc::invalid_dtype` naming what is wrong ("torch backend: int64 tensors are not
-        /// float gradients") for any other tensor.
+        /// float gradients") for any other tensor; `errc::unsupported_device` for one that is
+        /// not on the CPU.
         [[nodiscard]] static result<float_tensor> wrap(at::Tensor tensor);
         [[nodiscard]] const at::Tensor& get() const noexcept { return tensor_; }
         [[nodiscard]] ruda::dtype dtype() const noexcept { return dtype_; }

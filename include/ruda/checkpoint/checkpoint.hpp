@@ -38,6 +38,8 @@ public:
     static constexpr std::size_t max_name_length = 255;
     /// Most dimensions a gradient may have to be saved.
     static constexpr std::size_t max_rank = 64;
+    /// Longest parameter name (`gradient_entry::name`), in bytes.
+    static constexpr std::size_t max_parameter_name_length = 1024;
 
     checkpoint() = default;
     explicit checkpoint(gradients_params_record gradients) : gradients_(std::move(gradients)) {}
@@ -109,7 +111,28 @@ private:
 
 /// The checks a load makes on a record, made by every save before it writes a byte, with the
 /// load's error codes: `validate_gradients_record`, then at most `checkpoint::max_rank`
-/// dimensions (`errc::malformed_record`). So no save leaves a file that cannot load.
+/// dimensions and parameter names of UTF-8 text, at most `max_parameter_name_length` bytes and
+/// unique (`errc::malformed_record`). So no save leaves a file that cannot load.
 [[nodiscard]] result<void> validate_for_saving(const gradients_params_record& record);
+
+/// `errc::malformed_record` naming the first parameter name two entries share (empty names
+/// do not count): what a checkpoint, and a safetensors export, refuses.
+template <class Entries>
+[[nodiscard]] result<void> unique_parameter_names(const Entries& entries)
+{
+    std::map<std::string_view, std::uint64_t> ids;
+    for (const auto& entry : entries) {
+        if (entry.name.empty()) {
+            continue;
+        }
+        const auto [at, added] = ids.try_emplace(entry.name, entry.id);
+        if (!added) {
+            return error{errc::malformed_record, "Parameters " + std::to_string(at->second) +
+                                                     " and " + std::to_string(entry.id) +
+                                                     " have the same name " + entry.name};
+        }
+    }
+    return success();
+}
 
 } // namespace ruda

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -29,6 +30,13 @@ enum class load_mapping : std::uint8_t {
     when_unchangeable,
 };
 
+/// Where a save or a load of a checkpoint file stands: payload bytes written, or read and
+/// verified, so far, of how many. The header and the frame are not counted.
+struct checkpoint_progress {
+    std::uint64_t bytes_done = 0;
+    std::uint64_t bytes_total = 0;
+};
+
 struct checkpoint_load_options {
     /// Verify each payload's checksum (the frame's checksums are always verified).
     bool verify_checksums = true;
@@ -41,6 +49,11 @@ struct checkpoint_load_options {
     /// Threads reading (and verifying) payloads at once; 0 (the default): one per core, at most
     /// 4. A load of under 16 MiB of payloads uses one. docs/BENCHMARKS.md has the measurements.
     unsigned readers = 0;
+    /// Called as payloads arrive and are verified (at most every 256 KiB of a large one, after
+    /// each run of small ones), from the reading threads but never two calls at once, with
+    /// `bytes_done` rising to `bytes_total`. Keep it short. An exception from it stops the
+    /// load with `errc::cancelled`.
+    std::function<void(const checkpoint_progress&)> on_progress{};
 };
 
 struct checkpoint_save_options {
@@ -53,6 +66,12 @@ struct checkpoint_save_options {
     /// (`checkpoint_load_options::max_header_bytes`, the same 64 MiB by default: about 700,000
     /// gradients of rank 1). Raise both together.
     std::uint64_t max_header_bytes = checkpoint_load_options{}.max_header_bytes;
+    /// Called as payloads are written (after each piece of at most 8 MiB, or each run of small
+    /// payloads), from the writing threads but never two calls at once, with `bytes_done`
+    /// rising to `bytes_total`; the header, fsync and rename follow the last call. Keep it
+    /// short. An exception from it stops the save as a failed write would (the previous file
+    /// stays), with `errc::cancelled`.
+    std::function<void(const checkpoint_progress&)> on_progress{};
 };
 
 /// Writes `contents` to `path`, once it passes every check a load would make on it
@@ -72,6 +91,10 @@ struct checkpoint_save_options {
 [[nodiscard]] result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
                                                          const checkpoint& contents,
                                                          file_ops& ops = posix_file_ops());
+
+namespace detail {
+class progress_meter;
+} // namespace detail
 
 /// An open checkpoint file whose frame (preamble, trailer, header and every payload's place)
 /// has been verified; payloads are read on request. Allocates at most the header's size,
@@ -138,13 +161,14 @@ private:
                                 const std::vector<std::uint32_t>& in_order);
     result<void> map_payloads(std::vector<payload_request>& requests,
                               const std::vector<std::uint32_t>& in_order, bool full, bool verify,
-                              unsigned readers) const;
+                              unsigned readers, detail::progress_meter& progress) const;
     result<void> read_payloads(std::vector<payload_request>& requests,
                                const std::vector<std::uint32_t>& in_order, bool full, bool verify,
-                               unsigned readers) const;
+                               unsigned readers, detail::progress_meter& progress) const;
     result<void> read_job_payloads(std::vector<payload_request>& requests,
                                    const std::vector<std::uint32_t>& in_order,
-                                   const read_job& job, bool full, bool verify) const;
+                                   const read_job& job, bool full, bool verify,
+                                   detail::progress_meter& progress) const;
     result<void> check_padding(std::uint64_t from, std::uint64_t to) const;
     error nonzero_padding(std::uint64_t from, std::uint64_t to) const;
     error mismatch(const std::string& what) const;

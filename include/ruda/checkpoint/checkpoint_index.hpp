@@ -30,6 +30,7 @@ struct checkpoint_entry_info {
     dtype stored = dtype::f32();   ///< the dtype of the payload
     ruda::shape shape;
     payload_location payload;
+    std::string name; ///< the parameter's name, or empty
 
     friend bool operator==(const checkpoint_entry_info&, const checkpoint_entry_info&) = default;
 };

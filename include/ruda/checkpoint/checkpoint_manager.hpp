@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -164,6 +165,15 @@ public:
     template <backend B, class CompletionToken>
     auto async_save(std::uint64_t step, const gradients_params& grads, checkpoint state,
                     snapshot_options options, CompletionToken&& token);
+    /// The same with the default snapshot options.
+    template <backend B, class CompletionToken>
+        requires(!std::is_same_v<std::decay_t<CompletionToken>, snapshot_options>)
+    auto async_save(std::uint64_t step, const gradients_params& grads, checkpoint state,
+                    CompletionToken&& token)
+    {
+        return async_save<B>(step, grads, std::move(state), snapshot_options{},
+                             std::forward<CompletionToken>(token));
+    }
 
     /// The checkpoint of `step`, verified and validated (see `checkpoint_reader`).
     [[nodiscard]] result<checkpoint> load(std::uint64_t step,

@@ -2,10 +2,13 @@
 // read: an 8-byte little-endian header length, a JSON header naming each tensor's dtype, shape
 // and byte range, then the tensors' bytes back to back.
 //
-// Export names each tensor by its parameter id in decimal ("7"). Import takes those names
-// back as ids and gives any other name ("fc1.weight") the id `param_id::from_name` gives it,
-// the id `from_module` uses, so a file written by `safetensors.torch.save_file` of a model's
-// gradients restores into the same model in C++.
+// Export names each tensor by its parameter's name ("fc1.weight"), or by its id in decimal
+// ("7") when it has none, so `safetensors.torch.load_file` of an export of `from_module`'s
+// gradients gives a state dict. Import takes decimal names back as ids and gives any other
+// name the id `param_id::from_name` gives it, the id `from_module` uses, keeping the name: a
+// file written by `safetensors.torch.save_file` of a model's gradients restores into the same
+// model in C++. A named entry whose id is not its name's is exported with its id in the
+// metadata ("ruda.id.<name>"), so every export imports back to the same record.
 #pragma once
 
 #include <ruda/checkpoint/file_ops.hpp>

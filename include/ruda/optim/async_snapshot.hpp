@@ -1,8 +1,10 @@
 // The gradient snapshot as an Asio asynchronous operation, for any completion token:
-// use_awaitable, use_future, deferred or a plain callback.
+// use_awaitable, use_future, deferred, as_tuple or a plain callback (see result_completion.hpp
+// for how `void(result<T>)` meets each).
 #pragma once
 
 #include <ruda/optim/gradients_params.hpp>
+#include <ruda/runtime/result_completion.hpp>
 
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -14,6 +16,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 namespace ruda {
@@ -74,14 +77,28 @@ auto async_run_snapshot(boost::asio::awaitable<result<gradients_params_record>> 
 /// the token's associated executor (the system executor if it has none); the token's
 /// cancellation slot cancels them.
 ///
-///     auto future = ruda::async_snapshot<ruda::cpu_backend>(grads, {},
+///     auto future = ruda::async_snapshot<ruda::cpu_backend>(grads,
 ///         boost::asio::bind_executor(io, boost::asio::use_future));
+///     auto record = co_await ruda::async_snapshot<B>(grads, {.max_in_flight = 4},
+///                                                    boost::asio::use_awaitable);
+///
+/// This, not `co_spawn(io, grads.to_record_async<B>(), token)`, is how a snapshot meets a
+/// completion token: `co_spawn` of an `awaitable<result<T>>` does not compile (Asio 1.81 needs
+/// a default-constructible value for its exception path, and `result` has none).
 template <backend B, class CompletionToken>
 auto async_snapshot(const gradients_params& grads, snapshot_options options,
                     CompletionToken&& token)
 {
     return detail::async_run_snapshot(grads.to_record_async<B>(std::move(options)),
                                       std::forward<CompletionToken>(token));
+}
+
+/// The same with the default options.
+template <backend B, class CompletionToken>
+    requires(!std::is_same_v<std::decay_t<CompletionToken>, snapshot_options>)
+auto async_snapshot(const gradients_params& grads, CompletionToken&& token)
+{
+    return async_snapshot<B>(grads, snapshot_options{}, std::forward<CompletionToken>(token));
 }
 
 } // namespace ruda

@@ -40,14 +40,19 @@ public:
     gradients_params& operator=(gradients_params other) noexcept;
     ~gradients_params() = default;
 
-    /// Registers `tensor` under `id`, replacing whatever was there (on any backend).
+    /// Registers `tensor` under `id`, replacing whatever was there (on any backend), with the
+    /// parameter's name if it has one ("fc1.bias"): snapshots carry it into the record, and
+    /// checkpoints, `ruda-inspect` and safetensors exports show it.
     template <backend B>
-    void insert(param_id id, tensor_primitive<B> tensor)
+    void insert(param_id id, tensor_primitive<B> tensor, std::string name = {})
     {
-        std::any entry{std::move(tensor)};
+        slot entry{std::move(tensor), std::move(name)};
         const std::unique_lock lock{mutex_};
         entries_.insert_or_assign(id, std::move(entry));
     }
+
+    /// The name registered with `id`; empty when it has none or the id is absent.
+    [[nodiscard]] std::string name(param_id id) const;
 
     /// The tensor under `id` if there is one on backend `B`; nothing when the id is absent or
     /// was registered with another backend.
@@ -141,11 +146,17 @@ private:
         return tensor_primitive<B>{std::move(tensor)};
     }
 
+    struct slot {
+        std::any tensor; // a tensor_primitive<B> of the backend it was inserted with
+        std::string name;
+    };
+
     template <backend B>
     struct captured {
         std::uint64_t id;
         std::optional<tensor_primitive<B>> tensor; // empty: missing or another backend's
         std::size_t bytes;                         // what its read will produce
+        std::string name;
     };
 
     // Under the caller's lock.
@@ -156,7 +167,7 @@ private:
         if (found == entries_.end()) {
             return std::nullopt;
         }
-        if (const auto* tensor = std::any_cast<tensor_primitive<B>>(&found->second)) {
+        if (const auto* tensor = std::any_cast<tensor_primitive<B>>(&found->second.tensor)) {
             return *tensor;
         }
         return std::nullopt;
@@ -174,7 +185,7 @@ private:
         for (const param_id id : sorted_ids()) {
             auto tensor = find<B>(id);
             const std::size_t bytes = tensor ? byte_size<B>(*tensor) : 0;
-            handles.push_back({id.val(), std::move(tensor), bytes});
+            handles.push_back({id.val(), std::move(tensor), bytes, entries_.find(id)->second.name});
         }
         return handles;
     }
@@ -241,7 +252,7 @@ private:
             co_return read_failed(handle.id, data.error());
         }
         progress.read_done(data.value().bytes().size());
-        co_return gradient_entry{handle.id, original, std::move(data).value()};
+        co_return gradient_entry{handle.id, original, std::move(data).value(), handle.name};
     }
 
     // Every read of an immediate_reads backend, in one pass under one lock.
@@ -249,28 +260,34 @@ private:
     [[nodiscard]] result<gradients_params_record> read_now_all(const snapshot_options& options) const
     {
         const std::shared_lock lock{mutex_};
-        std::vector<std::pair<std::uint64_t, const tensor_primitive<B>*>> tensors;
+        struct found {
+            std::uint64_t id;
+            const tensor_primitive<B>* tensor;
+            const std::string* name;
+        };
+        std::vector<found> tensors;
         tensors.reserve(entries_.size());
         for (const param_id id : sorted_ids()) {
-            const auto* tensor = std::any_cast<tensor_primitive<B>>(&entries_.find(id)->second);
+            const slot& entry = entries_.find(id)->second;
+            const auto* tensor = std::any_cast<tensor_primitive<B>>(&entry.tensor);
             if (tensor == nullptr) {
                 return registered_elsewhere<B>(id.val());
             }
-            tensors.emplace_back(id.val(), tensor);
+            tensors.push_back({id.val(), tensor, &entry.name});
         }
         progress_counter progress{options.on_progress, {.tensors_total = tensors.size()}};
-        for (const auto& [id, tensor] : tensors) {
-            progress.now.bytes_total += byte_size<B>(*tensor);
+        for (const found& f : tensors) {
+            progress.now.bytes_total += byte_size<B>(*f.tensor);
         }
         std::vector<gradient_entry> entries;
         entries.reserve(tensors.size());
-        for (const auto& [id, tensor] : tensors) {
-            auto data = std::visit([](const auto& t) { return B::read_now(t); }, *tensor);
+        for (const found& f : tensors) {
+            auto data = std::visit([](const auto& t) { return B::read_now(t); }, *f.tensor);
             if (!data) {
-                return read_failed(id, data.error());
+                return read_failed(f.id, data.error());
             }
             progress.read_done(data.value().bytes().size());
-            entries.push_back({id, dtype_of<B>(*tensor), std::move(data).value()});
+            entries.push_back({f.id, dtype_of<B>(*f.tensor), std::move(data).value(), *f.name});
         }
         return gradients_params_record{std::move(entries)};
     }
@@ -319,7 +336,7 @@ private:
     }
 
     mutable std::shared_mutex mutex_;
-    std::unordered_map<param_id, std::any> entries_;
+    std::unordered_map<param_id, slot> entries_;
 };
 
 template <backend B>
@@ -332,13 +349,14 @@ result<gradients_params> gradients_params::from_record(gradients_params_record r
     grads.entries_.reserve(entries.size());
     for (gradient_entry& entry : entries) {
         const std::uint64_t id = entry.id;
+        std::string name = std::move(entry.name);
         auto tensor = upload<B>(std::move(entry), device);
         if (!tensor) {
             return error{tensor.error().code(), "Restoring gradient for parameter " +
                                                     std::to_string(id) + ": " +
                                                     tensor.error().message()};
         }
-        grads.insert<B>(param_id{id}, std::move(tensor).value());
+        grads.insert<B>(param_id{id}, std::move(tensor).value(), std::move(name));
     }
     return grads;
 }

@@ -14,11 +14,13 @@
 
 namespace ruda {
 
-/// One gradient: its parameter id, its original dtype, then its stored data.
+/// One gradient: its parameter id, its original dtype, its stored data, and the parameter's
+/// name when one was given ("fc1.bias"; empty when not), which checkpoints keep.
 struct gradient_entry {
     std::uint64_t id;
     ruda::dtype dtype;
     tensor_data data;
+    std::string name{};
 
     friend bool operator==(const gradient_entry&, const gradient_entry&) = default;
 };
@@ -58,7 +60,7 @@ public:
                                                       std::to_string(entry.id) + ": " +
                                                       data.error().message()};
             }
-            stored.push_back({entry.id, entry.dtype, std::move(data).value()});
+            stored.push_back({entry.id, entry.dtype, std::move(data).value(), entry.name});
         }
         return gradients_params_record{std::move(stored)};
     }

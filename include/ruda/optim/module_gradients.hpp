@@ -18,9 +18,10 @@
 namespace ruda {
 
 /// Every parameter's `.grad()` that is defined (parameters without one are left out), sharing
-/// the module's tensors, not copies. `errc::invalid_dtype` for a gradient torch_backend cannot
-/// read and `errc::duplicate_param_id` when two names hash to one id; each message names the
-/// parameter.
+/// the module's tensors, not copies, each registered with its parameter's name.
+/// `errc::invalid_dtype` for a gradient torch_backend cannot read, `errc::unsupported_device`
+/// for one on a device it cannot read (a CUDA tensor with this build), and
+/// `errc::duplicate_param_id` when two names hash to one id; each message names the parameter.
 [[nodiscard]] result<gradients_params> from_module(const torch::nn::Module& module);
 
 /// Sets each parameter's `.grad()` to the gradient under its id and clears (makes undefined)

@@ -7,24 +7,30 @@
 #include <ruda/record/tensor_serialization.hpp>
 
 #include <cereal/cereal.hpp>
+#include <cereal/types/string.hpp>
 
 #include <cstdint>
 #include <vector>
 
 namespace ruda {
 
+// Version 2 adds the parameter's name; version 1 archives load with an empty one.
 template <class Archive>
 void save(Archive& ar, const gradient_entry& e, std::uint32_t /*version*/)
 {
     ar(cereal::make_nvp("id", e.id), cereal::make_nvp("dtype", e.dtype),
-       cereal::make_nvp("data", e.data));
+       cereal::make_nvp("data", e.data), cereal::make_nvp("name", e.name));
 }
 
 template <class Archive>
-void load(Archive& ar, gradient_entry& e, std::uint32_t /*version*/)
+void load(Archive& ar, gradient_entry& e, std::uint32_t version)
 {
     ar(cereal::make_nvp("id", e.id), cereal::make_nvp("dtype", e.dtype),
        cereal::make_nvp("data", e.data));
+    e.name.clear();
+    if (version >= 2) {
+        ar(cereal::make_nvp("name", e.name));
+    }
 }
 
 template <class Archive>
@@ -55,5 +61,5 @@ void load(Archive& ar, gradients_params_record& r, std::uint32_t /*version*/)
 
 } // namespace ruda
 
-CEREAL_CLASS_VERSION(ruda::gradient_entry, 1)
+CEREAL_CLASS_VERSION(ruda::gradient_entry, 2)
 CEREAL_CLASS_VERSION(ruda::gradients_params_record, 1)

@@ -19,13 +19,21 @@ inline constexpr std::size_t preamble_size = 64;
 inline constexpr std::size_t trailer_size = 32;
 inline constexpr std::size_t payload_alignment = 64;
 
-/// What the header takes: its two counts, then per entry its id, two dtypes, rank and
-/// reserved word, dimensions and payload location, per section its name's length, the name and
+/// Preamble flag: entries carry their parameter's name (the word after the rank is its length,
+/// the name follows the payload location). Set only when some entry has a name, so a file
+/// without names reads in every ruda that reads format version 1.
+inline constexpr std::uint32_t flag_entry_names = 1;
+/// Every flag this ruda reads.
+inline constexpr std::uint32_t known_flags = flag_entry_names;
+
+/// What the header takes: its two counts, then per entry its id, two dtypes, rank and name
+/// length, dimensions, payload location and name, per section its name's length, the name and
 /// its payload location.
 inline constexpr std::uint64_t header_counts_size = 16;
-[[nodiscard]] constexpr std::uint64_t header_entry_size(std::uint64_t rank) noexcept
+[[nodiscard]] constexpr std::uint64_t header_entry_size(std::uint64_t rank,
+                                                        std::uint64_t name_length = 0) noexcept
 {
-    return 8 + 2 * 24 + 8 + 8 * rank + 24;
+    return 8 + 2 * 24 + 8 + 8 * rank + 24 + name_length;
 }
 [[nodiscard]] constexpr std::uint64_t header_section_size(std::uint64_t name_length) noexcept
 {
@@ -72,9 +80,11 @@ public:
     using sink_type = std::function<result<void>(std::span<const std::uint8_t>)>;
     /// The header of `entries` entries and `sections` sections, in that order.
     header_encoder(std::uint64_t entries, std::uint64_t sections, sink_type sink);
+    /// An entry; `name` is empty for one without a name (the only kind a file without
+    /// `flag_entry_names` may hold).
     [[nodiscard]] result<void> entry(std::uint64_t id, const dtype& original, const dtype& stored,
                                      std::span<const std::size_t> shape,
-                                     const payload_location& payload);
+                                     const payload_location& payload, std::string_view name);
     [[nodiscard]] result<void> section(std::string_view name, const payload_location& payload);
     /// Hands over the last piece.
     [[nodiscard]] result<void> finish();

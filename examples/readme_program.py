@@ -1,0 +1,31 @@
+#!/usr/bin/env python3
+"""Writes the README's complete program to OUT, so that the build compiles it as written.
+
+    readme_program.py README.md OUT.cpp
+
+The program is the first ```cpp block after the line that says it is built by the tests.
+Fails, naming the README, when there is no such block.
+"""
+import sys
+from pathlib import Path
+
+MARKER = "<!-- the program below is built and run by the tests"
+
+
+def main():
+    readme, out = Path(sys.argv[1]), Path(sys.argv[2])
+    lines = readme.read_text(encoding="utf-8").splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith(MARKER))
+        fence = next(i for i in range(start + 1, len(lines)) if lines[i].strip() == "```cpp")
+        end = next(i for i in range(fence + 1, len(lines)) if lines[i].strip() == "```")
+    except StopIteration:
+        sys.exit(f"{readme}: no ```cpp block after the line {MARKER!r}")
+    program = "\n".join(lines[fence + 1:end]) + "\n"
+    # Rewritten only when it changed, so that the build does not redo its work for nothing.
+    if not out.exists() or out.read_text(encoding="utf-8") != program:
+        out.write_text(program, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
