@@ -2,6 +2,8 @@
 // (and a flex32 one, one stored narrower than it was, an empty one, a scalar), whose element i
 // of parameter k is -0 (i = 0), +inf (i = 1), the quiet NaN (i = 2) or (i - 7) * 0.375 + k / 4,
 // a value every float dtype holds exactly. safetensors_numpy.py computes the same values.
+// Three are named, as a module's parameters are: the export names their tensors so and keeps
+// their ids in the metadata.
 //
 //   safetensors_fixture OUT.ruda
 #include <ruda/ruda.hpp>
@@ -64,13 +66,13 @@ int main(int argc, char** argv)
     }
     auto flex = f32(15, {3, 8});
     std::vector<ruda::gradient_entry> entries{
-        {11, ruda::dtype::f64(), f64(11, {4, 6})},
+        {11, ruda::dtype::f64(), f64(11, {4, 6}), "fc1.weight"},
         {12, ruda::dtype::f32(), f32(12, {24})},
         {13, ruda::dtype::f16(), f16(13, {2, 3, 4})},
         {14, ruda::dtype::bf16(), bf16(14, {24})},
         {15, ruda::dtype::flex32(),
-         ruda::tensor_data{flex.bytes(), flex.shape(), ruda::dtype::flex32()}},
-        {16, ruda::dtype::f32(), f16(16, {24})}, // an f32 gradient stored as f16
+         ruda::tensor_data{flex.bytes(), flex.shape(), ruda::dtype::flex32()}, "fc2.weight"},
+        {16, ruda::dtype::f32(), f16(16, {24}), "fc2.bias"}, // an f32 gradient stored as f16
         {17, ruda::dtype::f32(), f32(17, {0})},
         {18, ruda::dtype::f32(), f32(18, {})},
     };

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Reads the safetensors file ruda-inspect exports with numpy alone (no safetensors package)
-and checks every value bit for bit, the header and the metadata that keeps original dtypes.
+and checks every value bit for bit, the header, the tensor names (parameter names where the
+checkpoint has them, as a state dict has) and the metadata that keeps original dtypes and ids.
 
     safetensors_numpy.py FIXTURE RUDA_INSPECT
 
@@ -19,15 +20,15 @@ import numpy as np
 
 QUIET_NAN_BITS = {"F64": 0x7FF8000000000000, "F32": 0x7FC00000, "F16": 0x7E00, "BF16": 0x7FC0}
 BITS_TYPE = {"F64": np.uint64, "F32": np.uint32, "F16": np.uint16, "BF16": np.uint16}
-TENSORS = {  # id: (stored dtype, shape, original dtype when it differs)
-    "11": ("F64", [4, 6], None),
-    "12": ("F32", [24], None),
-    "13": ("F16", [2, 3, 4], None),
-    "14": ("BF16", [24], None),
-    "15": ("F32", [3, 8], "flex32"),
-    "16": ("F16", [24], "f32"),
-    "17": ("F32", [0], None),
-    "18": ("F32", [], None),
+TENSORS = {  # tensor name: (stored dtype, shape, original dtype when it differs, parameter id)
+    "fc1.weight": ("F64", [4, 6], None, 11),
+    "12": ("F32", [24], None, 12),
+    "13": ("F16", [2, 3, 4], None, 13),
+    "14": ("BF16", [24], None, 14),
+    "fc2.weight": ("F32", [3, 8], "flex32", 15),
+    "fc2.bias": ("F16", [24], "f32", 16),
+    "17": ("F32", [0], None, 17),
+    "18": ("F32", [], None, 18),
 }
 
 
@@ -82,7 +83,7 @@ def main():
 
     covered = 0
     for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"]):
-        dtype, shape, original = TENSORS.get(name, (None, None, None))
+        dtype, shape, original, param = TENSORS.get(name, (None, None, None, None))
         begin, end = info["data_offsets"]
         if begin != covered:
             failures.append(f"{name}: starts at {begin}, expected {covered}")
@@ -93,15 +94,19 @@ def main():
         if metadata.get(f"ruda.original_dtype.{name}") != original:
             failures.append(f"{name}: original dtype {metadata.get(f'ruda.original_dtype.{name}')!r}, "
                             f"expected {original!r}")
+        # A named tensor's id is in the metadata (these ids are not the names' hashes).
+        named_id = metadata.get(f"ruda.id.{name}")
+        if name.isdigit() == (named_id is not None) or int(named_id or name) != param:
+            failures.append(f"{name}: id {named_id or name}, expected {param}")
         count = int(np.prod(shape, dtype=np.int64))
         got = np.frombuffer(data[begin:end], dtype=BITS_TYPE[dtype])
-        want = expected_bits(dtype, int(name), count)
+        want = expected_bits(dtype, param, count)
         if got.shape != want.shape or not np.array_equal(got, want):
             bad = [i for i in range(min(len(got), len(want))) if got[i] != want[i]][:5]
             failures.append(f"{name}: {len(got)} values, expected {len(want)}; first differences at {bad}")
         elif dtype != "BF16":  # numpy reads the other three as numbers too
             numbers = np.frombuffer(data[begin:end], dtype={"F64": "<f8", "F32": "<f4", "F16": "<f2"}[dtype])
-            if count > 3 and numbers.reshape(shape).flat[3] != value(3, int(name)):
+            if count > 3 and numbers.reshape(shape).flat[3] != value(3, param):
                 failures.append(f"{name}: element 3 is {numbers.flat[3]}")
     if covered != len(data):
         failures.append(f"the tensors cover {covered} of {len(data)} data bytes")
