@@ -223,7 +223,7 @@ int verify(const mlp::config& c, const options& opts, const checkpoints& shared,
         std::printf("\ncheckpoint failed: %s\n", shared.failure->c_str());
         ++failures;
     }
-    const auto on_disk = shared.manager.steps();
+    const auto on_disk = shared.manager.steps().value(); // throws (a failure) if unlistable
     std::printf("\n%llu snapshots staged, %llu checkpoints made durable, %zu kept in %s; "
                 "training %.3f s, loop blocked %.3f ms (%.4f%%)\n",
                 static_cast<unsigned long long>(shared.staged),

@@ -282,7 +282,7 @@ int verify(const options& opts, run_state& run)
         std::printf("\ncheckpoint failed: %s\n", run.failure->c_str());
         ++failures;
     }
-    const auto on_disk = run.manager.steps();
+    const auto on_disk = run.manager.steps().value(); // throws (a failure) if unlistable
     std::printf("\n%zu checkpoints staged, %llu durable, %zu kept in %s; training %.3f s, loop "
                 "blocked %.3f ms (%.3f%%)\n",
                 run.expected.size(), static_cast<unsigned long long>(run.durable), on_disk.size(),

@@ -34,6 +34,8 @@ public:
         case errc::device_unavailable: return "device unavailable";
         case errc::directory_in_use: return "checkpoint directory in use";
         case errc::unsupported_device: return "unsupported device";
+        case errc::not_found: return "not found";
+        case errc::invalid_tensor: return "invalid tensor";
         }
         return "unknown ruda error " + std::to_string(value);
     }

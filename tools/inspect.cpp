@@ -297,7 +297,12 @@ void print_directory(const std::filesystem::path& dir, const std::vector<report>
                      std::ostream& out)
 {
     const checkpoint_manager manager{dir};
-    const auto steps = manager.steps();
+    const auto listed = manager.steps();
+    if (!listed) {
+        out << dir.string() << ": " << listed.error().message() << "\n";
+        return;
+    }
+    const auto& steps = listed.value();
     if (steps.empty()) {
         return;
     }

@@ -35,6 +35,8 @@ enum class errc : int {
     device_unavailable,
     directory_in_use,
     unsupported_device,
+    not_found,
+    invalid_tensor,
 };
 
 } // namespace ruda

@@ -65,7 +65,7 @@ std::string type_name(const at::Tensor& tensor)
 result<void> check_cpu_strided(const at::Tensor& tensor)
 {
     if (!tensor.defined()) {
-        return error{errc::invalid_dtype, "torch backend: the tensor is undefined"};
+        return error{errc::invalid_tensor, "torch backend: the tensor is undefined"};
     }
     if (!tensor.device().is_cpu()) {
         // A device problem, not a dtype one: the same tensor on the CPU would be read.
@@ -75,8 +75,8 @@ result<void> check_cpu_strided(const at::Tensor& tensor)
                          ".cpu(), or use cuda_backend for GPU memory)"};
     }
     if (tensor.layout() != c10::kStrided) {
-        return error{errc::invalid_dtype, "torch backend: " + type_name(tensor) +
-                                              " tensor has a sparse or other non-strided layout"};
+        return error{errc::invalid_tensor, "torch backend: " + type_name(tensor) +
+                                               " tensor has a sparse or other non-strided layout"};
     }
     return success();
 }
@@ -403,7 +403,11 @@ result<torch_backend::float_tensor> torch_backend::float_cast(const float_tensor
         return error{errc::invalid_dtype,
                      "torch backend: torch has no " + to_string(target) + " tensors"};
     }
-    return float_tensor::wrap(tensor.get().to(*type));
+    try { // the new tensor is an allocation, which torch reports by throwing
+        return float_tensor::wrap(tensor.get().to(*type));
+    } catch (const std::exception& e) {
+        return error{errc::allocation_too_large, std::string{"torch backend: "} + e.what()};
+    }
 }
 
 std::size_t torch_backend::byte_size(const float_tensor& tensor)

@@ -185,7 +185,11 @@ std::optional<error> checkpoint_manager::after_save(std::uint64_t step)
         }
     };
     // The latest (`step`) and the newest keep_last - 1 others stay.
-    auto others = steps();
+    auto listed = steps();
+    if (!listed) {
+        return listed.error();
+    }
+    auto others = std::move(listed).value();
     std::erase(others, step);
     const std::size_t keep_others = std::max<std::size_t>(options_.keep_last, 1) - 1;
     if (others.size() > keep_others) {
@@ -195,9 +199,10 @@ std::optional<error> checkpoint_manager::after_save(std::uint64_t step)
         }
     }
     std::error_code ec;
-    for (const auto& item : std::filesystem::directory_iterator(directory_, ec)) {
-        if (item.path().extension() == ".tmp") {
-            note(ops_.remove(item.path())); // no write of ours is in progress: it is stale
+    std::filesystem::directory_iterator item{directory_, ec};
+    for (; !ec && item != std::filesystem::directory_iterator{}; item.increment(ec)) {
+        if (item->path().extension() == ".tmp") {
+            note(ops_.remove(item->path())); // no write of ours is in progress: it is stale
         }
     }
     if (ec && !failure) {
@@ -249,7 +254,7 @@ result<checkpoint> checkpoint_manager::load_latest(const checkpoint_load_options
 {
     BOOST_OUTCOME_TRY(const auto step, latest_step());
     if (!step) {
-        return error{errc::io_error, "No checkpoint in " + directory_.string() + " yet"};
+        return error{errc::not_found, "No checkpoint in " + directory_.string() + " yet"};
     }
     auto loaded = load(*step, options);
     if (!loaded) {
@@ -265,7 +270,10 @@ result<newest_valid_checkpoint>
 checkpoint_manager::load_newest_valid(const checkpoint_load_options& options) const
 {
     std::vector<skipped_checkpoint> skipped;
-    auto candidates = steps();
+    BOOST_OUTCOME_TRY(auto candidates, steps());
+    if (candidates.empty()) {
+        return error{errc::not_found, "No checkpoint in " + directory_.string() + " yet"};
+    }
     for (auto step = candidates.rbegin(); step != candidates.rend(); ++step) {
         auto loaded = load(*step, options);
         if (loaded) {
@@ -280,14 +288,22 @@ checkpoint_manager::load_newest_valid(const checkpoint_load_options& options) co
     return error{errc::io_error, why};
 }
 
-std::vector<std::uint64_t> checkpoint_manager::steps() const
+result<std::vector<std::uint64_t>> checkpoint_manager::steps() const
 {
     std::vector<std::uint64_t> found;
     std::error_code ec;
-    for (const auto& item : std::filesystem::directory_iterator(directory_, ec)) {
-        if (const auto step = step_of(item.path().filename().string())) {
+    std::filesystem::directory_iterator item{directory_, ec};
+    if (ec == std::errc::no_such_file_or_directory) {
+        return found; // nothing saved yet
+    }
+    // increment(ec), not ++: a failure part way through the listing is an error, not a throw.
+    for (; !ec && item != std::filesystem::directory_iterator{}; item.increment(ec)) {
+        if (const auto step = step_of(item->path().filename().string())) {
             found.push_back(*step);
         }
+    }
+    if (ec) {
+        return error{errc::io_error, "Listing " + directory_.string() + ": " + ec.message()};
     }
     std::sort(found.begin(), found.end());
     return found;

@@ -15,7 +15,10 @@ namespace ruda {
 
 error io_error_from_errno(const char* what, const std::filesystem::path& path)
 {
-    return error{errc::io_error, std::string(what) + " " + path.string() + ": " + std::strerror(errno)};
+    // strerror_r, not strerror: saves fail on the manager's writer and the I/O threads too.
+    char text[256];
+    const char* reason = ::strerror_r(errno, text, sizeof text); // the GNU form: may not use text
+    return error{errc::io_error, std::string(what) + " " + path.string() + ": " + reason};
 }
 
 namespace {

@@ -128,8 +128,7 @@ result<void> restore_parameters(const gradients_params& values, torch::nn::Modul
     if (matched.size() != parameters.size()) {
         for (const auto& [id, parameter] : parameters) {
             if (!values.get<torch_backend>(id)) {
-                return error{errc::missing_gradient,
-                             "Missing value for " + label(parameter.name, id)};
+                return error{errc::not_found, "Missing value for " + label(parameter.name, id)};
             }
         }
     }

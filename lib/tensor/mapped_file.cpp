@@ -60,8 +60,9 @@ result<storage> map_unchangeable_file(int fd, std::size_t length, const std::str
     }
     void* address = ::mmap(nullptr, length, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (address == MAP_FAILED) {
-        const int err = errno;
-        return error{errc::io_error, "mmap " + name + ": " + std::strerror(err)};
+        char text[256]; // strerror_r: loads run on several threads
+        const char* reason = ::strerror_r(errno, text, sizeof text);
+        return error{errc::io_error, "mmap " + name + ": " + reason};
     }
     auto* block = new (std::nothrow) mapping_block(address, length);
     if (block == nullptr) {

@@ -148,14 +148,29 @@ std::vector<std::string> tmp_files(const std::filesystem::path& dir)
 
 BOOST_AUTO_TEST_SUITE(checkpoint_manager)
 
+BOOST_AUTO_TEST_CASE(steps_are_none_before_the_first_save_and_an_unlistable_directory_says_so)
+{
+    const temp_dir dir;
+    BOOST_TEST(ruda::checkpoint_manager{dir / "not-yet"}.steps().value().empty());
+    ruda::test::write_bytes(dir / "a-file", {'x'});
+    const ruda::checkpoint_manager manager{dir / "a-file"};
+    const auto listed = manager.steps();
+    BOOST_REQUIRE(!listed);
+    BOOST_TEST(listed.error() == errc::io_error);
+    BOOST_TEST(listed.error().message().find("Listing " + (dir / "a-file").string() + ": ") == 0U,
+               listed.error().message());
+    BOOST_TEST(manager.load_newest_valid().error() == errc::io_error);
+}
+
 BOOST_AUTO_TEST_CASE(saves_keep_the_last_n_and_move_latest)
 {
     const temp_dir dir;
     ruda::checkpoint_manager manager{dir / "run", {.keep_last = 3}};
     BOOST_TEST(!manager.latest_step().value().has_value());
     const auto none = manager.load_latest();
-    BOOST_TEST(none.error() == errc::io_error);
+    BOOST_TEST(none.error() == errc::not_found);
     BOOST_TEST(none.error().message().find("No checkpoint in") == 0U);
+    BOOST_TEST(manager.load_newest_valid().error() == errc::not_found);
 
     for (std::uint64_t step = 1; step <= 6; ++step) {
         const auto saved = manager.save(step, contents_of(step));
@@ -165,7 +180,7 @@ BOOST_AUTO_TEST_CASE(saves_keep_the_last_n_and_move_latest)
         BOOST_TEST(!saved.value().cleanup_failure.has_value());
         BOOST_TEST((manager.latest_step().value() == std::optional<std::uint64_t>{step}));
     }
-    BOOST_TEST(manager.steps() == (std::vector<std::uint64_t>{4, 5, 6}));
+    BOOST_TEST(manager.steps().value() == (std::vector<std::uint64_t>{4, 5, 6}));
     BOOST_TEST(manager.path_of(6).filename() == "step-00000000000000000006.ruda");
     BOOST_TEST((manager.load_latest().value() == contents_of(6)));
     BOOST_TEST(step_in(manager.load(5).value()) == 5U);
@@ -174,7 +189,7 @@ BOOST_AUTO_TEST_CASE(saves_keep_the_last_n_and_move_latest)
     // Going back to an older step: it becomes latest and is kept, with the newest others.
     BOOST_REQUIRE(manager.save(2, contents_of(2)));
     BOOST_TEST((manager.latest_step().value() == std::optional<std::uint64_t>{2}));
-    BOOST_TEST(manager.steps() == (std::vector<std::uint64_t>{2, 5, 6}));
+    BOOST_TEST(manager.steps().value() == (std::vector<std::uint64_t>{2, 5, 6}));
 }
 
 BOOST_AUTO_TEST_CASE(a_bad_latest_pointer_is_an_error)
@@ -199,7 +214,7 @@ BOOST_AUTO_TEST_CASE(latest_never_names_a_checkpoint_that_cannot_load)
     const auto refused = manager.save(2, twice);
     BOOST_TEST(refused.error() == errc::duplicate_param_id);
     BOOST_TEST((manager.latest_step().value() == std::optional<std::uint64_t>{1}));
-    BOOST_TEST(manager.steps() == (std::vector<std::uint64_t>{1}));
+    BOOST_TEST(manager.steps().value() == (std::vector<std::uint64_t>{1}));
     BOOST_TEST(tmp_files(dir.path()).empty());
     BOOST_TEST(step_in(manager.load_latest().value()) == 1U);
 }
@@ -245,7 +260,8 @@ BOOST_AUTO_TEST_CASE(a_damaged_latest_is_reported_and_the_newest_valid_one_found
     BOOST_TEST(manager.load_newest_valid().value().step == 5U);
 
     // None loads: an error naming each.
-    for (const std::uint64_t step : manager.steps()) {
+    const auto present = manager.steps().value();
+    for (const std::uint64_t step : present) {
         ruda::test::write_bytes(manager.path_of(step), {'x'});
     }
     const auto none = manager.load_newest_valid();
@@ -263,7 +279,7 @@ BOOST_AUTO_TEST_CASE(the_next_save_removes_stale_temporary_files)
     ruda::test::write_bytes(dir / "step-00000000000000000002.ruda.tmp", {1, 2, 3});
     ruda::test::write_bytes(dir / "latest.tmp", {'x'});
     BOOST_TEST(tmp_files(dir.path()).size() == 2U);
-    BOOST_TEST(manager.steps() == (std::vector<std::uint64_t>{1})); // a temp is no checkpoint
+    BOOST_TEST(manager.steps().value() == (std::vector<std::uint64_t>{1})); // a temp is no checkpoint
     BOOST_REQUIRE(manager.save(3, contents_of(3)));
     BOOST_TEST(tmp_files(dir.path()).empty());
 }
@@ -419,7 +435,7 @@ BOOST_AUTO_TEST_CASE(async_save_reports_snapshot_and_write_failures)
     BOOST_REQUIRE(ruda::test::run_until(io, [&] { return staged.has_value(); }));
     BOOST_TEST(staged->error() == errc::read_failed);
     BOOST_TEST(staged->error().message().find("Reading gradient for parameter 2") == 0U);
-    BOOST_TEST(manager.steps().empty());
+    BOOST_TEST(manager.steps().value().empty());
     BOOST_TEST(ops.calls == 0);
 
     // A write failure: staged succeeds, durable reports the error; a blocking wait sees it too.

@@ -182,7 +182,7 @@ BOOST_AUTO_TEST_CASE(a_save_past_the_file_size_limit_fails_cleanly_and_loses_not
     BOOST_TEST(saved.error().message().find("File too large") != std::string::npos,
                saved.error().message());
     BOOST_TEST(count_tmp(dir.path()) == 0U);
-    BOOST_TEST(manager.steps() == (std::vector<std::uint64_t>{1}));
+    BOOST_TEST(manager.steps().value() == (std::vector<std::uint64_t>{1}));
     const auto latest = manager.load_latest();
     BOOST_REQUIRE(latest);
     BOOST_TEST((latest.value() == contents_of(1)));

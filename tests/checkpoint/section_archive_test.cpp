@@ -117,7 +117,7 @@ BOOST_AUTO_TEST_CASE(bad_names_missing_sections_and_wrong_types_are_errors)
 
     int value = 0;
     const auto missing = c.get("nothing", value);
-    BOOST_TEST(missing.error() == errc::malformed_record);
+    BOOST_TEST(missing.error() == errc::not_found);
     BOOST_TEST(missing.error().message() == "Checkpoint has no section nothing");
 
     BOOST_REQUIRE(c.put("pair", std::vector<std::uint8_t>{1, 2}));

@@ -36,8 +36,8 @@ struct torch_backend {
     class float_tensor {
     public:
         /// `errc::invalid_dtype` naming what is wrong ("torch backend: int64 tensors are not
-        /// float gradients") for any other tensor; `errc::unsupported_device` for one that is
-        /// not on the CPU.
+        /// float gradients") for another dtype; `errc::unsupported_device` for a tensor that is
+        /// not on the CPU; `errc::invalid_tensor` for an undefined or sparse one.
         [[nodiscard]] static result<float_tensor> wrap(at::Tensor tensor);
         [[nodiscard]] const at::Tensor& get() const noexcept { return tensor_; }
         [[nodiscard]] ruda::dtype dtype() const noexcept { return dtype_; }

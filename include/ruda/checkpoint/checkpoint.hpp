@@ -64,17 +64,16 @@ public:
         return put_bytes(std::move(name), std::move(bytes));
     }
 
-    /// Loads section `name` into `value`. `errc::malformed_record` when there is no such
-    /// section, when reading `T` runs past its end or leaves bytes over, or when a container
-    /// size or a bool is impossible. The bytes carry no type: a `T` of the same layout as the
+    /// Loads section `name` into `value`. `errc::not_found` when there is no such section;
+    /// `errc::malformed_record` when reading `T` runs past its end or leaves bytes over, or when
+    /// a container size or a bool is impossible. The bytes carry no type: a `T` of the same layout as the
     /// saved value's (a double read as an int64_t) loads without complaint.
     template <class T>
     result<void> get(std::string_view name, T& value) const
     {
         const checkpoint_section* section = find(name);
         if (section == nullptr) {
-            return error{errc::malformed_record,
-                         "Checkpoint has no section " + std::string(name)};
+            return error{errc::not_found, "Checkpoint has no section " + std::string(name)};
         }
         try {
             section_input_archive archive{section->bytes};

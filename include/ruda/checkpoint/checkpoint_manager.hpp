@@ -191,8 +191,9 @@ public:
     load_newest_valid(const checkpoint_load_options& options = {}) const;
     /// The step "latest" names, or nothing when no checkpoint was saved yet.
     [[nodiscard]] result<std::optional<std::uint64_t>> latest_step() const;
-    /// Steps of the checkpoint files present, ascending.
-    [[nodiscard]] std::vector<std::uint64_t> steps() const;
+    /// Steps of the checkpoint files present, ascending; none before the directory exists.
+    /// `errc::io_error` when the directory cannot be listed.
+    [[nodiscard]] result<std::vector<std::uint64_t>> steps() const;
 
 private:
     pending_save queue_write(std::uint64_t step, checkpoint contents);

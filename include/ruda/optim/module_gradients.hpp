@@ -19,8 +19,9 @@ namespace ruda {
 
 /// Every parameter's `.grad()` that is defined (parameters without one are left out), sharing
 /// the module's tensors, not copies, each registered with its parameter's name.
-/// `errc::invalid_dtype` for a gradient torch_backend cannot read, `errc::unsupported_device`
-/// for one on a device it cannot read (a CUDA tensor with this build), and
+/// `errc::invalid_dtype` for a gradient of a dtype torch_backend cannot read,
+/// `errc::invalid_tensor` for a sparse one, `errc::unsupported_device` for one on a device it
+/// cannot read (a CUDA tensor with this build), and
 /// `errc::duplicate_param_id` when two names hash to one id; each message names the parameter.
 [[nodiscard]] result<gradients_params> from_module(const torch::nn::Module& module);
 
@@ -38,7 +39,7 @@ namespace ruda {
 [[nodiscard]] result<gradients_params> parameters_from_module(const torch::nn::Module& module);
 
 /// Copies each value into its parameter, in place and without autograd. Checked first like
-/// `restore_gradients`; every parameter must have a value (`errc::missing_gradient` naming the
+/// `restore_gradients`; every parameter must have a value (`errc::not_found` naming the
 /// first that has none).
 [[nodiscard]] result<void> restore_parameters(const gradients_params& values,
                                               torch::nn::Module& module);
