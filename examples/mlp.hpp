@@ -85,7 +85,7 @@ struct position {
 struct training_state {
     position at;
     model weights;
-    ruda::gradients_params_record gradients{{}};
+    ruda::gradients_params_record gradients;
 
     template <class Archive>
     void serialize(Archive& ar)

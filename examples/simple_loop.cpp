@@ -70,7 +70,7 @@ int main()
                 out(record.value());
             }
             const std::size_t saved = file.str().size();
-            ruda::gradients_params_record loaded{{}};
+            ruda::gradients_params_record loaded;
             {
                 cereal::BinaryInputArchive in{file};
                 in(loaded);

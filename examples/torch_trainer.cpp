@@ -263,7 +263,7 @@ restore(const ruda::checkpoint_manager& manager, std::uint64_t step)
 {
     BOOST_OUTCOME_TRY(auto loaded, manager.load(step));
     position at;
-    ruda::gradients_params_record weights{{}};
+    ruda::gradients_params_record weights;
     BOOST_OUTCOME_TRY(loaded.get("position", at));
     BOOST_OUTCOME_TRY(loaded.get("weights", weights));
     auto model = fresh_model();

@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     ruda::checkpoint c;
     fuzz::require(c.put_bytes("s", {in.rest().begin(), in.rest().end()}).has_value());
     if (which % 2 == 0) {
-        ruda::gradients_params_record record{{}};
+        ruda::gradients_params_record record;
         if (c.get("s", record)) {
             (void)ruda::validate_gradients_record(record);
         }

@@ -1,6 +1,7 @@
 // Random and name-derived parameter ids, and their text form.
 #include <ruda/optim/param_id.hpp>
 
+#include <ostream>
 #include <random>
 
 #define XXH_INLINE_ALL
@@ -22,5 +23,7 @@ param_id param_id::from_name(std::string_view name) noexcept
 }
 
 std::string to_string(param_id id) { return std::to_string(id.val()); }
+
+std::ostream& operator<<(std::ostream& os, param_id id) { return os << id.val(); }
 
 } // namespace ruda

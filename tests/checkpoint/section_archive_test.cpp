@@ -89,7 +89,7 @@ BOOST_AUTO_TEST_CASE(values_round_trip)
     double nan = 0;
     BOOST_REQUIRE(c.get("nan", nan));
     BOOST_TEST(nan != nan);
-    ruda::gradients_params_record record_back{{}};
+    ruda::gradients_params_record record_back;
     BOOST_REQUIRE(c.get("record", record_back));
     BOOST_TEST((record_back == record));
 

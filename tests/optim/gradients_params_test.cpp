@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <set>
+#include <sstream>
 #include <unordered_set>
 
 namespace {
@@ -33,6 +34,10 @@ BOOST_AUTO_TEST_CASE(param_ids)
     const ruda::param_id id{42};
     BOOST_TEST(id.val() == 42U);
     BOOST_TEST(ruda::to_string(id) == "42");
+    std::ostringstream written;
+    written << id;
+    BOOST_TEST(written.str() == "42");
+    BOOST_TEST(id == ruda::param_id{42}); // printable: BOOST_TEST shows both sides
     BOOST_TEST((ruda::param_id{1} < ruda::param_id{2}));
     std::set<std::uint64_t> generated;
     for (int i = 0; i < 64; ++i) {
@@ -41,6 +46,13 @@ BOOST_AUTO_TEST_CASE(param_ids)
     BOOST_TEST(generated.size() == 64U);
     const std::unordered_set<ruda::param_id> hashed{ruda::param_id{3}, ruda::param_id{3}};
     BOOST_TEST(hashed.size() == 1U);
+}
+
+BOOST_AUTO_TEST_CASE(an_empty_record_is_default_constructed)
+{
+    const ruda::gradients_params_record record;
+    BOOST_TEST(record.entries().empty());
+    BOOST_TEST((record == ruda::gradients_params_record{std::vector<ruda::gradient_entry>{}}));
 }
 
 BOOST_AUTO_TEST_CASE(param_ids_from_names_are_xxh3_of_the_name)

@@ -67,7 +67,7 @@ ruda::gradients_params_record load_from(const std::string& name)
 {
     const std::string bytes = file_text(name);
     BOOST_REQUIRE(!bytes.empty());
-    ruda::gradients_params_record loaded{{}};
+    ruda::gradients_params_record loaded;
     std::istringstream in{bytes};
     In ar{in};
     ar(cereal::make_nvp("record", loaded));

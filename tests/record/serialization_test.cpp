@@ -99,7 +99,7 @@ void round_trip()
         Out out{stream};
         out(cereal::make_nvp("gradients", record));
     }
-    ruda::gradients_params_record loaded{{}};
+    ruda::gradients_params_record loaded;
     {
         In in{stream};
         in(cereal::make_nvp("gradients", loaded));
@@ -156,7 +156,7 @@ BOOST_AUTO_TEST_CASE(a_record_embeds_in_a_users_archive)
         out(weights, record, step, std::string{"adam"});
     }
     std::vector<double> weights_in;
-    ruda::gradients_params_record record_in{{}};
+    ruda::gradients_params_record record_in;
     std::uint64_t step_in = 0;
     std::string optimizer;
     {
@@ -180,7 +180,7 @@ BOOST_AUTO_TEST_CASE(truncated_and_corrupt_input_throws)
     {
         std::stringstream truncated{bytes.substr(0, bytes.size() / 2)};
         cereal::BinaryInputArchive in{truncated};
-        ruda::gradients_params_record loaded{{}};
+        ruda::gradients_params_record loaded;
         BOOST_CHECK_THROW(in(loaded), cereal::Exception);
     }
     {
@@ -190,7 +190,7 @@ BOOST_AUTO_TEST_CASE(truncated_and_corrupt_input_throws)
         corrupt[4 + 8 + 4 + 8 + 4] = static_cast<char>(200);
         std::stringstream in_stream{corrupt};
         cereal::BinaryInputArchive in{in_stream};
-        ruda::gradients_params_record loaded{{}};
+        ruda::gradients_params_record loaded;
         BOOST_CHECK_THROW(in(loaded), cereal::Exception);
     }
 }

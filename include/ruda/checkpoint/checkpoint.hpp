@@ -103,7 +103,7 @@ public:
     friend bool operator==(const checkpoint&, const checkpoint&) = default;
 
 private:
-    gradients_params_record gradients_{{}};
+    gradients_params_record gradients_;
     std::vector<checkpoint_section> sections_;
     std::map<std::string, std::size_t, std::less<>> by_name_; // index into sections_
 };

@@ -28,6 +28,8 @@ struct gradient_entry {
 /// Any list of entries makes a record, malformed ones included: restoring validates it.
 class gradients_params_record {
 public:
+    /// No entries.
+    gradients_params_record() = default;
     explicit gradients_params_record(std::vector<gradient_entry> entries)
         : entries_(std::move(entries))
     {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,8 @@ private:
 
 /// The decimal value; every ruda message names a parameter this way.
 [[nodiscard]] std::string to_string(param_id id);
+/// Writes `to_string(id)`, for logs and test output.
+std::ostream& operator<<(std::ostream& os, param_id id);
 
 } // namespace ruda
 
