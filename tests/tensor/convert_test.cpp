@@ -44,7 +44,7 @@ const float inf_f = std::numeric_limits<float>::infinity();
 
 } // namespace
 
-BOOST_AUTO_TEST_SUITE(convert)
+BOOST_AUTO_TEST_SUITE(tensor_convert)
 
 BOOST_AUTO_TEST_CASE(same_dtype_is_returned_unchanged_without_validation)
 {

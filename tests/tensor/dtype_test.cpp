@@ -25,7 +25,7 @@ const std::vector<quant_value> all_values = {
 
 } // namespace
 
-BOOST_AUTO_TEST_SUITE(dtype)
+BOOST_AUTO_TEST_SUITE(tensor_dtype)
 
 BOOST_AUTO_TEST_CASE(kinds_follow_burns_variant_order)
 {

@@ -79,7 +79,7 @@ std::vector<bfloat16> all_bf16()
 
 } // namespace
 
-BOOST_AUTO_TEST_SUITE(half)
+BOOST_AUTO_TEST_SUITE(tensor_half)
 
 BOOST_AUTO_TEST_CASE(every_f16_widens_exactly_and_round_trips)
 {

@@ -24,7 +24,7 @@ std::size_t quants(quant_value v, quant_store s)
 
 } // namespace
 
-BOOST_AUTO_TEST_SUITE(quant_scheme)
+BOOST_AUTO_TEST_SUITE(tensor_quant_scheme)
 
 BOOST_AUTO_TEST_CASE(default_is_burns)
 {

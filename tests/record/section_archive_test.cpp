@@ -1,7 +1,7 @@
 // Checkpoint sections: any cereal-serializable value round-trips through put/get; a missing
 // section, a value of another type, leftover bytes and a hostile container size are errors,
 // and a hostile size fails before anything is allocated for it.
-#include "checkpoint_test_support.hpp"
+#include "../checkpoint/checkpoint_test_support.hpp"
 
 #include <ruda/checkpoint/checkpoint.hpp>
 #include <ruda/checkpoint/checkpoint_file.hpp>
@@ -67,7 +67,7 @@ std::vector<std::uint8_t> claiming(std::uint64_t count, std::size_t size)
 
 } // namespace
 
-BOOST_AUTO_TEST_SUITE(checkpoint_sections)
+BOOST_AUTO_TEST_SUITE(record_sections)
 
 BOOST_AUTO_TEST_CASE(values_round_trip)
 {
