@@ -766,8 +766,10 @@ result<void> checkpoint_reader::read_job_payloads(std::vector<payload_request>& 
                       storage::try_allocate(static_cast<std::size_t>(run_end - first.offset)));
     BOOST_OUTCOME_TRY(read_at(run.writable_data(), run.size(), first.offset));
     std::uint64_t cursor = first.offset;
+    std::uint64_t run_bytes = 0; // the payloads' own bytes, for the progress report
     for (std::size_t i = job.first; i < job.last; ++i) {
         payload_request& r = requests[in_order[i]];
+        run_bytes += r.payload->length;
         const std::uint64_t at = r.payload->offset;
         if (full && cursor < at &&
             !all_zero(run.span().subspan(cursor - first.offset, at - cursor))) {
@@ -778,10 +780,6 @@ result<void> checkpoint_reader::read_job_payloads(std::vector<payload_request>& 
             return mismatch(r.name());
         }
         cursor = std::max(cursor, at + r.payload->length);
-    }
-    std::uint64_t run_bytes = 0;
-    for (std::size_t i = job.first; i < job.last; ++i) {
-        run_bytes += requests[in_order[i]].payload->length;
     }
     return progress.add(run_bytes);
 }

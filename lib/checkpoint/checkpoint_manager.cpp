@@ -92,6 +92,26 @@ std::optional<std::uint64_t> step_of(std::string_view name)
     return step;
 }
 
+// Calls `each` with the path of every entry of `dir`: none when `dir` does not exist yet.
+// `errc::io_error` naming `dir` when it cannot be listed, also part way: the iterator moves with
+// increment(ec), so a failure is an error, never an exception.
+template <class Each>
+result<void> for_each_entry(const std::filesystem::path& dir, Each each)
+{
+    std::error_code ec;
+    std::filesystem::directory_iterator item{dir, ec};
+    if (ec == std::errc::no_such_file_or_directory) {
+        return success();
+    }
+    for (; !ec && item != std::filesystem::directory_iterator{}; item.increment(ec)) {
+        each(item->path());
+    }
+    if (ec) {
+        return error{errc::io_error, "Listing " + dir.string() + ": " + ec.message()};
+    }
+    return success();
+}
+
 } // namespace
 
 checkpoint_manager::checkpoint_manager(std::filesystem::path directory,
@@ -198,16 +218,11 @@ std::optional<error> checkpoint_manager::after_save(std::uint64_t step)
             note(ops_.remove(path_of(old)));
         }
     }
-    std::error_code ec;
-    std::filesystem::directory_iterator item{directory_, ec};
-    for (; !ec && item != std::filesystem::directory_iterator{}; item.increment(ec)) {
-        if (item->path().extension() == ".tmp") {
-            note(ops_.remove(item->path())); // no write of ours is in progress: it is stale
+    note(for_each_entry(directory_, [&](const std::filesystem::path& path) {
+        if (path.extension() == ".tmp") {
+            note(ops_.remove(path)); // no write of ours is in progress: it is stale
         }
-    }
-    if (ec && !failure) {
-        failure = error{errc::io_error, "Listing " + directory_.string() + ": " + ec.message()};
-    }
+    }));
     return failure;
 }
 
@@ -291,20 +306,11 @@ checkpoint_manager::load_newest_valid(const checkpoint_load_options& options) co
 result<std::vector<std::uint64_t>> checkpoint_manager::steps() const
 {
     std::vector<std::uint64_t> found;
-    std::error_code ec;
-    std::filesystem::directory_iterator item{directory_, ec};
-    if (ec == std::errc::no_such_file_or_directory) {
-        return found; // nothing saved yet
-    }
-    // increment(ec), not ++: a failure part way through the listing is an error, not a throw.
-    for (; !ec && item != std::filesystem::directory_iterator{}; item.increment(ec)) {
-        if (const auto step = step_of(item->path().filename().string())) {
+    BOOST_OUTCOME_TRY(for_each_entry(directory_, [&found](const std::filesystem::path& path) {
+        if (const auto step = step_of(path.filename().string())) {
             found.push_back(*step);
         }
-    }
-    if (ec) {
-        return error{errc::io_error, "Listing " + directory_.string() + ": " + ec.message()};
-    }
+    }));
     std::sort(found.begin(), found.end());
     return found;
 }

@@ -174,7 +174,6 @@ struct tensor_plan {
     std::uint64_t end;
 };
 
-
 // The header's JSON, read by the format's own grammar: an object whose members are tensors
 // ({"dtype": string, "shape": [uint...], "data_offsets": [uint, uint]}) or "__metadata__"
 // (an object of strings). Nothing nests deeper, so no input can exhaust the stack; strings
@@ -486,8 +485,8 @@ private:
 
     // Other keys ("format", "producer") are kept by nobody; "ruda.original_dtype.<name>"
     // restores the dtype a float gradient had before it was stored, "ruda.id.<name>" the id of
-    // a named tensor. Tensors are found by name
-    // through a map, so that many keys cost no more than linear time.
+    // a named tensor. Tensors are found by name through a map, so that many keys cost no more
+    // than linear time.
     result<void> apply_metadata(const std::vector<std::pair<std::string, std::string>>& metadata,
                                 std::vector<tensor_plan>& plans) const
     {
@@ -496,28 +495,28 @@ private:
         for (tensor_plan& plan : plans) {
             by_name.emplace(plan.name, &plan);
         }
+        // The tensor a "<prefix><tensor name>" key is about; null when there is none.
+        const auto named = [&by_name](std::string_view key, std::string_view prefix) {
+            const auto found = by_name.find(key.substr(prefix.size()));
+            return found == by_name.end() ? nullptr : found->second;
+        };
         for (const auto& [key, value] : metadata) {
-            if (std::string_view{key}.starts_with(id_key)) {
-                const std::string_view tensor = std::string_view{key}.substr(id_key.size());
+            if (key.starts_with(id_key)) {
                 const auto id = decimal_id(value);
-                const auto plan = by_name.find(tensor);
-                if (!id || plan == by_name.end()) {
+                tensor_plan* plan = named(key, id_key);
+                if (!id || plan == nullptr) {
                     return malformed("metadata \"" + key + "\" names no tensor or no id");
                 }
-                plan->second->id = *id;
-                plan->second->parameter_name = tensor;
-                continue;
+                plan->id = *id;
+                plan->parameter_name = plan->name;
+            } else if (key.starts_with(original_dtype_key)) {
+                const auto original = float_dtype_from_name(value);
+                tensor_plan* plan = named(key, original_dtype_key);
+                if (!original || plan == nullptr) {
+                    return malformed("metadata \"" + key + "\" names no tensor or no float dtype");
+                }
+                plan->original = *original;
             }
-            if (!std::string_view{key}.starts_with(original_dtype_key)) {
-                continue;
-            }
-            const std::string_view tensor = std::string_view{key}.substr(original_dtype_key.size());
-            const auto original = float_dtype_from_name(value);
-            const auto plan = by_name.find(tensor);
-            if (!original || plan == by_name.end()) {
-                return malformed("metadata \"" + key + "\" names no tensor or no float dtype");
-            }
-            plan->second->original = *original;
         }
         return success();
     }

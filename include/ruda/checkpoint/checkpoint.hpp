@@ -66,8 +66,8 @@ public:
 
     /// Loads section `name` into `value`. `errc::not_found` when there is no such section;
     /// `errc::malformed_record` when reading `T` runs past its end or leaves bytes over, or when
-    /// a container size or a bool is impossible. The bytes carry no type: a `T` of the same layout as the
-    /// saved value's (a double read as an int64_t) loads without complaint.
+    /// a container size or a bool is impossible. The bytes carry no type: a `T` of the same
+    /// layout as the saved value's (a double read as an int64_t) loads without complaint.
     template <class T>
     result<void> get(std::string_view name, T& value) const
     {

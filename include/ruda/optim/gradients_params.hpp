@@ -167,10 +167,17 @@ private:
         if (found == entries_.end()) {
             return std::nullopt;
         }
-        if (const auto* tensor = std::any_cast<tensor_primitive<B>>(&found->second.tensor)) {
+        if (const auto* tensor = tensor_in<B>(found->second)) {
             return *tensor;
         }
         return std::nullopt;
+    }
+
+    // The slot's tensor if it is on backend `B`.
+    template <backend B>
+    [[nodiscard]] static const tensor_primitive<B>* tensor_in(const slot& entry) noexcept
+    {
+        return std::any_cast<tensor_primitive<B>>(&entry.tensor);
     }
 
     [[nodiscard]] std::vector<param_id> sorted_ids() const; // under the caller's lock
@@ -183,9 +190,11 @@ private:
         std::vector<captured<B>> handles;
         handles.reserve(entries_.size());
         for (const param_id id : sorted_ids()) {
-            auto tensor = find<B>(id);
-            const std::size_t bytes = tensor ? byte_size<B>(*tensor) : 0;
-            handles.push_back({id.val(), std::move(tensor), bytes, entries_.find(id)->second.name});
+            const slot& entry = entries_.find(id)->second; // one lookup for tensor and name
+            const tensor_primitive<B>* tensor = tensor_in<B>(entry);
+            handles.push_back({id.val(),
+                               tensor ? std::optional{*tensor} : std::nullopt,
+                               tensor ? byte_size<B>(*tensor) : 0, entry.name});
         }
         return handles;
     }
@@ -269,7 +278,7 @@ private:
         tensors.reserve(entries_.size());
         for (const param_id id : sorted_ids()) {
             const slot& entry = entries_.find(id)->second;
-            const auto* tensor = std::any_cast<tensor_primitive<B>>(&entry.tensor);
+            const auto* tensor = tensor_in<B>(entry);
             if (tensor == nullptr) {
                 return registered_elsewhere<B>(id.val());
             }

@@ -19,9 +19,9 @@ public:
     {
     }
 
-    /// Adds `bytes` and tells the caller (not for 0 bytes: nothing changed). An exception from the caller's function stops the
-    /// save or load as a failed write would, with `errc::cancelled` ("Stopped by
-    /// on_progress: …").
+    /// Adds `bytes` and tells the caller (not for 0 bytes: nothing changed). An exception from
+    /// the caller's function stops the save or load as a failed write would, with
+    /// `errc::cancelled` ("Stopped by on_progress: …").
     [[nodiscard]] result<void> add(std::uint64_t bytes);
 
 private:
