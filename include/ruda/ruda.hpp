@@ -14,6 +14,7 @@
 #include <ruda/checkpoint/checkpoint_manager.hpp>
 #include <ruda/checkpoint/file_ops.hpp>
 #include <ruda/checkpoint/safetensors.hpp>
+#include <ruda/checkpoint/saved_checkpoint.hpp>
 #include <ruda/error.hpp>
 #include <ruda/optim/gradients_params.hpp>
 #include <ruda/optim/async_snapshot.hpp>

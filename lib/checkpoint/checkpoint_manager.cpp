@@ -226,13 +226,14 @@ std::optional<error> checkpoint_manager::after_save(std::uint64_t step)
     return failure;
 }
 
-pending_save checkpoint_manager::queue_write(std::uint64_t step, checkpoint contents)
+std::shared_ptr<detail::save_state> checkpoint_manager::queue_write(std::uint64_t step,
+                                                                   checkpoint contents)
 {
     auto state = std::make_shared<detail::save_state>();
     boost::asio::post(writer_, [this, state, step, contents = std::move(contents)] {
         state->complete(save(step, contents));
     });
-    return pending_save{state};
+    return state;
 }
 
 result<checkpoint> checkpoint_manager::load(std::uint64_t step,

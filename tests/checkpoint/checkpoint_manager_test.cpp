@@ -8,7 +8,9 @@
 #include <ruda/backend/async_backend.hpp>
 #include <ruda/checkpoint/checkpoint_manager.hpp>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/test/unit_test.hpp>
 
@@ -513,6 +515,53 @@ BOOST_AUTO_TEST_CASE(a_killed_holder_leaves_no_lock_behind)
         BOOST_REQUIRE(second.save(2, contents_of(2))); // the kernel dropped the dead holder's lock
         BOOST_TEST(step_in(second.load_latest().value()) == 2U);
     }
+}
+
+BOOST_AUTO_TEST_CASE(async_save_is_cancelled_through_the_token_slot)
+{
+    const ruda::test::watchdog guard{"async_save_is_cancelled_through_the_token_slot"};
+    const temp_dir dir;
+    boost::asio::io_context io;
+    counting_ops ops;
+    ruda::checkpoint_manager manager{dir.path(), {.ops = &ops}};
+    BOOST_REQUIRE(manager.save(1, ruda::checkpoint{}));
+    const auto calls_before = ops.calls;
+
+    // The snapshot hangs; cancelling it ends the save with nothing written.
+    const ruda::async_device hung{{.hang_reads = true}};
+    const auto grads = two_gradients(hung);
+    boost::asio::cancellation_signal cancel;
+    std::optional<ruda::result<ruda::pending_save>> staged;
+    manager.async_save<gpu>(2, grads, {},
+                            boost::asio::bind_cancellation_slot(
+                                cancel.slot(), boost::asio::bind_executor(io, [&](auto&& r) {
+                                    staged.emplace(std::move(r));
+                                })));
+    BOOST_TEST(!ruda::test::run_until(io, [&] { return staged.has_value(); }, 20ms));
+    cancel.emit(boost::asio::cancellation_type::terminal);
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return staged.has_value(); }));
+    BOOST_REQUIRE(!*staged);
+    BOOST_TEST(staged->error() == errc::cancelled, staged->error().message());
+    BOOST_TEST(hung.stats().in_flight == 0U);
+    BOOST_TEST(ops.calls == calls_before);
+    BOOST_TEST((manager.steps().value() == std::vector<std::uint64_t>{1}));
+    BOOST_TEST((manager.latest_step().value() == std::optional<std::uint64_t>{1}));
+    BOOST_TEST(tmp_files(dir.path()).empty());
+
+    // A pending save waits on the executor of the save that staged it.
+    const ruda::async_device device;
+    const auto good = two_gradients(device);
+    staged.reset();
+    manager.async_save<gpu>(3, good, {}, boost::asio::bind_executor(io, [&](auto&& r) {
+                                staged.emplace(std::move(r));
+                            }));
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return staged.has_value(); }));
+    BOOST_REQUIRE(*staged);
+    BOOST_TEST((staged->value().get_executor() == boost::asio::any_io_executor{io.get_executor()}));
+    std::optional<ruda::result<ruda::saved_checkpoint>> waited;
+    staged->value().async_wait([&](auto r) { waited.emplace(std::move(r)); }); // no executor
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return waited.has_value(); }));
+    BOOST_TEST(waited->value().step == 3U);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

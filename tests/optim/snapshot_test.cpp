@@ -9,9 +9,12 @@
 #include <ruda/optim/gradients_params.hpp>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/use_future.hpp>
+#include <future>
 #include <thread>
 
 #include <boost/asio/steady_timer.hpp>
@@ -401,6 +404,80 @@ BOOST_AUTO_TEST_CASE(async_snapshot_takes_any_completion_token)
     BOOST_TEST(failed->error() == errc::read_failed);
     BOOST_TEST(failed->error().message().find("Reading gradient for parameter") == 0U,
                failed->error().message());
+}
+
+BOOST_AUTO_TEST_CASE(async_snapshot_runs_on_the_executor_it_is_given)
+{
+    const ruda::test::watchdog guard{"async_snapshot_runs_on_the_executor_it_is_given"};
+    boost::asio::io_context io;
+    const ruda::async_device device{{.latency = 1ms}};
+    const auto grads = device_grads(device, 3);
+
+    // A plain callback with the executor as the first argument: it runs there, on `io`.
+    std::optional<ruda::result<ruda::gradients_params_record>> called;
+    std::thread::id ran_on;
+    ruda::async_snapshot<gpu>(io.get_executor(), grads, [&](auto r) {
+        ran_on = std::this_thread::get_id();
+        called.emplace(std::move(r));
+    });
+    BOOST_TEST(!called.has_value()); // never inline
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return called.has_value(); }));
+    BOOST_REQUIRE(*called);
+    BOOST_TEST(called->value().entries().size() == 3U);
+    BOOST_TEST((ran_on == std::this_thread::get_id()));
+
+    // use_future with the executor given: the reads run on `io`, which nothing runs yet.
+    auto future = ruda::async_snapshot<gpu>(io.get_executor(), grads, {.max_in_flight = 2},
+                                            boost::asio::use_future);
+    BOOST_TEST((future.wait_for(20ms) == std::future_status::timeout));
+    io.restart();
+    io.run();
+    BOOST_TEST((future.get().value() == called->value()));
+}
+
+namespace {
+
+// Starts a snapshot of reads that never finish, then cancels it through the token's slot with
+// `type` once `io` has run for a while (or at once, before it ever ran).
+ruda::result<ruda::gradients_params_record> cancelled_snapshot(boost::asio::cancellation_type type,
+                                                               bool before_start)
+{
+    boost::asio::io_context io;
+    const ruda::async_device hung{{.hang_reads = true}};
+    const auto grads = device_grads(hung, 4);
+    boost::asio::cancellation_signal cancel;
+    std::optional<ruda::result<ruda::gradients_params_record>> outcome;
+    ruda::async_snapshot<gpu>(grads, {.max_in_flight = 2},
+                              boost::asio::bind_cancellation_slot(
+                                  cancel.slot(), boost::asio::bind_executor(io, [&](auto r) {
+                                      outcome.emplace(std::move(r));
+                                  })));
+    if (!before_start) {
+        BOOST_TEST(!ruda::test::run_until(io, [&] { return outcome.has_value(); }, 20ms));
+        BOOST_TEST(hung.stats().in_flight == 2U);
+    }
+    cancel.emit(type);
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return outcome.has_value(); }));
+    BOOST_TEST(hung.stats().in_flight == 0U);
+    cancel.emit(type); // after the completion: the slot was cleared, nothing happens
+    io.restart();
+    io.poll();
+    return std::move(*outcome);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(async_snapshot_is_cancelled_through_the_token_slot)
+{
+    const ruda::test::watchdog guard{"async_snapshot_is_cancelled_through_the_token_slot"};
+    using ct = boost::asio::cancellation_type;
+    for (const auto type : {ct::terminal, ct::partial, ct::total}) {
+        for (const bool before_start : {false, true}) {
+            const auto outcome = cancelled_snapshot(type, before_start);
+            BOOST_REQUIRE(!outcome);
+            BOOST_TEST(outcome.error() == errc::cancelled, outcome.error().message());
+        }
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

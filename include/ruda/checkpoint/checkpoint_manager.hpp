@@ -5,26 +5,25 @@
 
 #include <ruda/checkpoint/checkpoint.hpp>
 #include <ruda/checkpoint/checkpoint_file.hpp>
+#include <ruda/checkpoint/detail/save_state.hpp>
 #include <ruda/checkpoint/file_ops.hpp>
+#include <ruda/checkpoint/saved_checkpoint.hpp>
 #include <ruda/error.hpp>
 #include <ruda/optim/async_snapshot.hpp>
+#include <ruda/optim/detail/snapshot_operation.hpp>
 #include <ruda/optim/gradients_params.hpp>
-#include <ruda/runtime/detail/post_completion.hpp>
 
-#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
-#include <boost/asio/system_executor.hpp>
 #include <boost/asio/thread_pool.hpp>
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,16 +32,6 @@
 #include <vector>
 
 namespace ruda {
-
-/// A checkpoint that is on disk.
-struct saved_checkpoint {
-    std::uint64_t step = 0;
-    std::filesystem::path path;
-    std::uint64_t bytes = 0;
-    /// Old checkpoints or stale temporary files that could not be removed; the save itself
-    /// succeeded and "latest" points to it.
-    std::optional<error> cleanup_failure;
-};
 
 /// A checkpoint newer than the one `load_newest_valid` returned, passed over because it does
 /// not load.
@@ -59,55 +48,35 @@ struct newest_valid_checkpoint {
     std::vector<skipped_checkpoint> skipped;
 };
 
-namespace detail {
-
-// The durable completion of one asynchronous save, shared by its waiters and the writer.
-class save_state {
-public:
-    using handler_type = boost::asio::any_completion_handler<void(result<saved_checkpoint>)>;
-
-    void complete(result<saved_checkpoint> outcome);
-    /// `work` is the handler's associated executor (from `track_work`).
-    void add_waiter(boost::asio::any_io_executor work, handler_type handler);
-    [[nodiscard]] bool done() const;
-    [[nodiscard]] result<saved_checkpoint> wait() const;
-
-private:
-    struct waiter {
-        waiter(boost::asio::any_io_executor w, handler_type h)
-            : work(std::move(w)), handler(std::move(h))
-        {
-        }
-        boost::asio::any_io_executor work;
-        handler_type handler;
-    };
-    mutable std::mutex mutex_;
-    mutable std::condition_variable done_cv_;
-    std::optional<result<saved_checkpoint>> outcome_;
-    std::list<waiter> waiters_; // a list: any_completion_handler must never be move-assigned
-};
-
-} // namespace detail
-
 /// A save that is staged: its data is in host memory that training no longer touches, and
 /// the write is queued on the manager's writer thread. Copies share one save.
 class pending_save {
 public:
-    explicit pending_save(std::shared_ptr<detail::save_state> state) : state_(std::move(state)) {}
+    using executor_type = boost::asio::any_io_executor;
+
+    pending_save(std::shared_ptr<detail::save_state> state, executor_type executor)
+        : state_(std::move(state)), executor_(std::move(executor))
+    {
+    }
+
+    /// The executor of the `async_save` that staged this save.
+    [[nodiscard]] const executor_type& get_executor() const noexcept { return executor_; }
 
     /// Completes with `void(result<saved_checkpoint>)` once the checkpoint is durable (or the
-    /// save failed), through the token's associated executor.
+    /// save failed), through the token's associated executor, `get_executor()` if it has none.
+    /// Not cancellable: the write goes on whatever the waiter does.
     template <class CompletionToken>
     auto async_wait(CompletionToken&& token) const
     {
         return boost::asio::async_initiate<CompletionToken, void(result<saved_checkpoint>)>(
-            [](auto handler, std::shared_ptr<detail::save_state> state) {
-                auto work = detail::track_work(
-                    boost::asio::get_associated_executor(handler, boost::asio::system_executor{}));
+            [](auto handler, std::shared_ptr<detail::save_state> state,
+               const executor_type& executor) {
+                auto work =
+                    detail::track_work(boost::asio::get_associated_executor(handler, executor));
                 state->add_waiter(std::move(work),
                                   detail::save_state::handler_type{std::move(handler)});
             },
-            token, state_);
+            token, state_, executor_);
     }
     /// Whether the save has finished, successfully or not.
     [[nodiscard]] bool done() const { return state_->done(); }
@@ -117,6 +86,7 @@ public:
 
 private:
     std::shared_ptr<detail::save_state> state_;
+    executor_type executor_;
 };
 
 struct checkpoint_manager_options {
@@ -159,9 +129,14 @@ public:
     /// Snapshots `grads` (handles captured by this call, like `to_record_async<B>`) into
     /// `state`'s gradients and completes the token with `void(result<pending_save>)` once the
     /// record is in host memory (staged); the write then runs on the manager's writer thread.
-    /// `state`'s sections are taken as they are now. The manager must outlive the save, and
-    /// the token's execution context the manager (or be run until it runs out of work): the
-    /// writer thread may still be returning from its post of a completion after the handler ran.
+    /// `state`'s sections are taken as they are now. The snapshot runs on the token's
+    /// associated executor (a coroutine's with `use_awaitable`, the bound one with
+    /// `bind_executor`); a token without one does not compile. The token's cancellation slot
+    /// cancels the snapshot, for every cancellation type: the save then completes with
+    /// `errc::cancelled` and writes nothing. Once staged, the write is not cancellable. The
+    /// manager must outlive the save, and the token's execution context the manager (or be run
+    /// until it runs out of work): the writer thread may still be returning from its post of a
+    /// completion after the handler ran.
     template <backend B, class CompletionToken>
     auto async_save(std::uint64_t step, const gradients_params& grads, checkpoint state,
                     snapshot_options options, CompletionToken&& token);
@@ -196,7 +171,7 @@ public:
     [[nodiscard]] result<std::vector<std::uint64_t>> steps() const;
 
 private:
-    pending_save queue_write(std::uint64_t step, checkpoint contents);
+    std::shared_ptr<detail::save_state> queue_write(std::uint64_t step, checkpoint contents);
     std::optional<error> after_save(std::uint64_t step);
     result<void> hold_directory();
 
@@ -216,10 +191,9 @@ auto checkpoint_manager::async_save(std::uint64_t step, const gradients_params& 
     return boost::asio::async_initiate<CompletionToken, void(result<pending_save>)>(
         [this](auto handler, boost::asio::awaitable<result<gradients_params_record>> snapshot,
                std::uint64_t at, checkpoint contents) {
-            const auto executor =
-                boost::asio::get_associated_executor(handler, boost::asio::system_executor{});
+            const auto executor = detail::operation_executor(handler, detail::token_executor{});
             auto slot = boost::asio::get_associated_cancellation_slot(handler);
-            auto staged = [this, at, contents = std::move(contents),
+            auto staged = [this, at, executor, contents = std::move(contents),
                            handler = std::move(handler)](
                               result<gradients_params_record> record) mutable {
                 if (!record) {
@@ -227,10 +201,11 @@ auto checkpoint_manager::async_save(std::uint64_t step, const gradients_params& 
                     return;
                 }
                 contents.set_gradients(std::move(record).value());
-                std::move(handler)(result<pending_save>{queue_write(at, std::move(contents))});
+                std::move(handler)(
+                    result<pending_save>{pending_save{queue_write(at, std::move(contents)), executor}});
             };
             detail::async_run_snapshot(
-                std::move(snapshot),
+                std::move(snapshot), executor,
                 boost::asio::bind_cancellation_slot(
                     slot, boost::asio::bind_executor(executor, std::move(staged))));
         },
