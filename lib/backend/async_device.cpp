@@ -2,6 +2,7 @@
 // queue state is touched on that thread only; counters are atomics readable from anywhere.
 #include <ruda/backend/async_device.hpp>
 #include <ruda/runtime/blocking_scope.hpp>
+#include <ruda/runtime/error_mapping.hpp>
 #include <ruda/runtime/detail/post_completion.hpp>
 
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -49,7 +51,19 @@ async_device::options with_one_transfer_at_least(async_device::options opts)
     return opts;
 }
 
-tensor_data empty_data() { return tensor_data{{}, shape{0}, dtype::f32()}; }
+// The completion of a read of `bytes` bytes that ended with `ec`.
+result<tensor_data> read_outcome(boost::system::error_code ec, std::size_t bytes,
+                                 std::optional<tensor_data> data)
+{
+    const std::string what = "async device: read of " + std::to_string(bytes) + " bytes";
+    if (!ec) {
+        return std::move(*data);
+    }
+    if (std::error_code{ec} == errc::read_failed) {
+        return error{errc::read_failed, what + " failed (injected fault)"};
+    }
+    return error_from_code(ec, what);
+}
 
 std::uint64_t splitmix64(std::uint64_t x)
 {
@@ -235,8 +249,8 @@ private:
             failed_.fetch_add(1);
         }
         in_flight_.fetch_sub(1);
-        post_completion(std::move(op->work), std::move(op->handler), ec,
-                        data ? std::move(*data) : empty_data());
+        post_completion(std::move(op->work), std::move(op->handler),
+                        read_outcome(ec, op->source->bytes().size(), std::move(data)));
         op->source.reset();
         if (was_transferring && !shut_down_ && !queue_.empty()) {
             auto next = queue_.front();
@@ -276,16 +290,25 @@ private:
 };
 
 void submit_read(const std::weak_ptr<device_state>& device,
+                 const std::weak_ptr<device_state>& tensor_device,
                  std::shared_ptr<const tensor_data> source,
                  boost::asio::any_io_executor handler_executor, read_handler handler)
 {
-    if (auto dev = device.lock()) {
+    auto dev = device.lock();
+    if (dev && (dev.owner_before(tensor_device) || tensor_device.owner_before(dev))) {
+        post_completion(track_work(std::move(handler_executor)), std::move(handler),
+                        result<tensor_data>{error{errc::unsupported_device,
+                                                  "async device: the tensor lives on another "
+                                                  "device"}});
+        return;
+    }
+    if (dev) {
         dev->submit(dev, std::move(source), std::move(handler_executor), std::move(handler));
         return;
     }
     post_completion(track_work(std::move(handler_executor)), std::move(handler),
-                    boost::system::error_code{boost::asio::error::operation_aborted},
-                    empty_data());
+                    read_outcome(boost::asio::error::operation_aborted, source->bytes().size(),
+                                 std::nullopt));
 }
 
 } // namespace detail
@@ -293,11 +316,6 @@ void submit_read(const std::weak_ptr<device_state>& device,
 async_device::async_device(options opts)
     : state_(std::make_shared<detail::device_state>(opts))
 {
-}
-
-async_device async_device::from_state(std::weak_ptr<detail::device_state> state)
-{
-    return async_device{state.lock()};
 }
 
 const async_device::options& async_device::get_options() const

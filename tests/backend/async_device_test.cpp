@@ -203,22 +203,28 @@ BOOST_AUTO_TEST_CASE(works_with_other_completion_tokens)
     const ruda::async_device device{{.latency = 1ms}};
     const auto tensor = tensor_of(device, 3);
     std::optional<std::size_t> got;
-    ruda::async_device_read(tensor.device_state(), tensor.storage().storage(),
-                            boost::asio::bind_executor(io, [&](boost::system::error_code ec,
-                                                               ruda::tensor_data data) {
-                                got = ec ? 0 : data.bytes().size();
-                            }));
+    device.async_read(tensor, boost::asio::bind_executor(io, [&](ruda::result<ruda::tensor_data> data) {
+                          got = data ? data.value().bytes().size() : 0;
+                      }));
     BOOST_REQUIRE(ruda::test::run_until(io, [&] { return got.has_value(); }));
     BOOST_TEST(*got == 12U);
 
     // A future, resolved by a thread that runs the context.
     auto work = boost::asio::make_work_guard(io);
     std::thread runner{[&] { io.restart(); io.run(); }};
-    auto future = ruda::async_device_read(tensor.device_state(), tensor.storage().storage(),
-                                          boost::asio::bind_executor(io, boost::asio::use_future));
-    BOOST_TEST(future.get().bytes().size() == 12U);
+    auto future = device.async_read(tensor, boost::asio::bind_executor(io, boost::asio::use_future));
+    BOOST_TEST(future.get().value().bytes().size() == 12U);
     work.reset();
     runner.join();
+
+    // A tensor of another device: refused, not read there.
+    const ruda::async_device other;
+    std::optional<ruda::result<ruda::tensor_data>> refused;
+    other.async_read(tensor, boost::asio::bind_executor(io, [&](auto r) { refused.emplace(std::move(r)); }));
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return refused.has_value(); }));
+    BOOST_TEST(refused->error() == errc::unsupported_device);
+    BOOST_TEST(refused->error().message() == "async device: the tensor lives on another device");
+    BOOST_TEST(other.stats().reads_issued == 0U);
 }
 
 BOOST_AUTO_TEST_CASE(counters_add_up_under_faults)

@@ -7,7 +7,6 @@
 #include <ruda/backend/host_tensor.hpp>
 
 #include <cstddef>
-#include <memory>
 #include <string_view>
 
 namespace ruda {
@@ -17,22 +16,7 @@ struct async_backend {
 
     /// A tensor in device memory: an immutable shared storage plus the device it lives on.
     template <class Tag>
-    class tensor {
-    public:
-        tensor(host_tensor<Tag> storage, const async_device& on)
-            : storage_(std::move(storage)), device_(on.weak_state())
-        {
-        }
-        [[nodiscard]] const host_tensor<Tag>& storage() const noexcept { return storage_; }
-        [[nodiscard]] const std::weak_ptr<detail::device_state>& device_state() const noexcept
-        {
-            return device_;
-        }
-
-    private:
-        host_tensor<Tag> storage_;
-        std::weak_ptr<detail::device_state> device_;
-    };
+    using tensor = async_device_tensor<Tag>;
     using float_tensor = tensor<struct async_float_tag>;
     using quantized_tensor = tensor<struct async_quantized_tag>;
 
@@ -49,14 +33,8 @@ struct async_backend {
     static dtype dtype_of(const quantized_tensor& t) { return t.storage().get_dtype(); }
     static std::size_t byte_size(const float_tensor& t) { return t.storage().byte_size(); }
     static std::size_t byte_size(const quantized_tensor& t) { return t.storage().byte_size(); }
-    static device float_device(const float_tensor& t)
-    {
-        return async_device::from_state(t.device_state());
-    }
-    static device q_device(const quantized_tensor& t)
-    {
-        return async_device::from_state(t.device_state());
-    }
+    static device float_device(const float_tensor& t) { return t.device(); }
+    static device q_device(const quantized_tensor& t) { return t.device(); }
     static bool blocking_reads(const device& d) { return d.blocking_reads(); }
     static constexpr std::string_view name() { return "async"; }
 };

@@ -3,6 +3,8 @@
 // reader's own executor. Options inject faults; counters show what happened.
 #pragma once
 
+#include <ruda/backend/host_tensor.hpp>
+#include <ruda/error.hpp>
 #include <ruda/tensor/storage_pool.hpp>
 #include <ruda/tensor/tensor_data.hpp>
 
@@ -11,7 +13,6 @@
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/system/error_code.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -22,7 +23,20 @@ namespace ruda {
 
 namespace detail {
 class device_state;
+
+using read_handler = boost::asio::any_completion_handler<void(result<tensor_data>)>;
+
+// Queues a read of `source` on `device` (or completes it with operation_aborted when the
+// device is gone, with unsupported_device when the tensor lives on another device).
+// Completion is posted to `handler_executor`, never run inline.
+void submit_read(const std::weak_ptr<device_state>& device,
+                 const std::weak_ptr<device_state>& tensor_device,
+                 std::shared_ptr<const tensor_data> source,
+                 boost::asio::any_io_executor handler_executor, read_handler handler);
 } // namespace detail
+
+template <class Tag>
+class async_device_tensor;
 
 /// A handle to an asynchronous device. Copies share one device; it shuts down when the last
 /// handle goes, completing every pending read with `operation_aborted` (`errc::cancelled`).
@@ -87,16 +101,22 @@ public:
         return a.state_ == b.state_;
     }
 
-    /// The state tensors refer to.
-    [[nodiscard]] std::weak_ptr<detail::device_state> weak_state() const noexcept
-    {
-        return state_;
-    }
-    /// A handle for a state tensors refer to; a device that has shut down gives a handle whose
-    /// reads complete at once with `operation_aborted`.
-    static async_device from_state(std::weak_ptr<detail::device_state> state);
+    /// Reads `tensor`, which lives on this device, into host memory for any completion token,
+    /// with signature `void(ruda::result<tensor_data>)`. Honours per-operation cancellation
+    /// (every type): a cancelled read completes promptly with `errc::cancelled`, as does a
+    /// read on a device that has shut down; `errc::read_failed` for an injected fault;
+    /// `errc::unsupported_device` for a tensor of another device. The completion runs on the
+    /// token's associated executor, posted, never inline. The read does not keep the device
+    /// alive.
+    ///
+    ///     auto data = co_await gpu.async_read(tensor, boost::asio::use_awaitable);
+    template <class Tag, class CompletionToken>
+    auto async_read(const async_device_tensor<Tag>& tensor, CompletionToken&& token) const;
 
 private:
+    template <class Tag>
+    friend class async_device_tensor;
+
     explicit async_device(std::shared_ptr<detail::device_state> state)
         : state_(std::move(state))
     {
@@ -104,36 +124,40 @@ private:
     std::shared_ptr<detail::device_state> state_;
 };
 
-namespace detail {
+/// A tensor in an `async_device`'s memory: an immutable shared storage plus the device it
+/// lives on, referred to weakly (a tensor never keeps its device alive).
+template <class Tag>
+class async_device_tensor {
+public:
+    async_device_tensor(host_tensor<Tag> storage, const async_device& on)
+        : storage_(std::move(storage)), device_(on.state_)
+    {
+    }
+    [[nodiscard]] const host_tensor<Tag>& storage() const noexcept { return storage_; }
+    /// The device it lives on: a handle whose reads complete at once with `errc::cancelled`
+    /// once that device has shut down.
+    [[nodiscard]] async_device device() const { return async_device{device_.lock()}; }
 
-using read_handler = boost::asio::any_completion_handler<void(boost::system::error_code,
-                                                              tensor_data)>;
+private:
+    friend class async_device;
+    host_tensor<Tag> storage_;
+    std::weak_ptr<detail::device_state> device_;
+};
 
-// Queues a read of `source` on the device (or completes it with operation_aborted when the
-// device is gone). Completion is posted to `handler_executor`, never run inline.
-void submit_read(const std::weak_ptr<device_state>& device,
-                 std::shared_ptr<const tensor_data> source,
-                 boost::asio::any_io_executor handler_executor, read_handler handler);
-
-} // namespace detail
-
-/// Reads `source` on `device` for any completion token, with signature
-/// `void(boost::system::error_code, tensor_data)`. Honours per-operation cancellation: a
-/// cancelled read completes promptly with `operation_aborted`.
-template <class CompletionToken>
-auto async_device_read(std::weak_ptr<detail::device_state> device,
-                       std::shared_ptr<const tensor_data> source, CompletionToken&& token)
+template <class Tag, class CompletionToken>
+auto async_device::async_read(const async_device_tensor<Tag>& tensor,
+                              CompletionToken&& token) const
 {
-    return boost::asio::async_initiate<CompletionToken,
-                                       void(boost::system::error_code, tensor_data)>(
-        [](auto handler, std::weak_ptr<detail::device_state> dev,
-           std::shared_ptr<const tensor_data> src) {
+    return boost::asio::async_initiate<CompletionToken, void(result<tensor_data>)>(
+        [](auto handler, const std::weak_ptr<detail::device_state>& device,
+           const async_device_tensor<Tag>& source) {
             boost::asio::any_io_executor handler_executor =
                 boost::asio::get_associated_executor(handler);
-            detail::submit_read(dev, std::move(src), std::move(handler_executor),
+            detail::submit_read(device, source.device_, source.storage().storage(),
+                                std::move(handler_executor),
                                 detail::read_handler{std::move(handler)});
         },
-        token, std::move(device), std::move(source));
+        token, std::weak_ptr<detail::device_state>{state_}, tensor);
 }
 
 } // namespace ruda
