@@ -5,6 +5,7 @@
 #include <ruda/checkpoint/detail/frame.hpp>
 #include <ruda/checkpoint/detail/io_jobs.hpp>
 #include <ruda/checkpoint/detail/progress_meter.hpp>
+#include <ruda/checkpoint/detail/posix_io.hpp>
 #include <ruda/checkpoint/detail/regular_file.hpp>
 #include <ruda/optim/validate_record.hpp>
 #include <ruda/tensor/detail/mapped_file.hpp>
@@ -385,7 +386,7 @@ result<void> checkpoint_reader::read_at(std::uint8_t* data, std::size_t size,
         }
         return success();
     }
-    return read_exact_at(fd_, path_, data, size, offset);
+    return detail::read_exact_at(fd_, path_, data, size, offset);
 }
 
 result<checkpoint_reader> checkpoint_reader::open(const std::filesystem::path& path,

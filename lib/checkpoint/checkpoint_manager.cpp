@@ -3,6 +3,7 @@
 // leaves the previous latest checkpoint in place and loadable.
 #include <ruda/checkpoint/checkpoint_manager.hpp>
 #include <ruda/checkpoint/detail/durable_writer.hpp>
+#include <ruda/checkpoint/detail/posix_io.hpp>
 #include <ruda/checkpoint/detail/regular_file.hpp>
 
 #include <boost/asio/post.hpp>
@@ -140,11 +141,11 @@ result<void> checkpoint_manager::hold_directory()
     const auto path = directory_ / lock_name;
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) {
-        return io_error_from_errno("open the lock", path);
+        return detail::io_error_from_errno("open the lock", path);
     }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
         if (errno != EWOULDBLOCK) {
-            auto failure = io_error_from_errno("lock", path);
+            auto failure = detail::io_error_from_errno("lock", path);
             ::close(fd);
             return failure;
         }
@@ -253,7 +254,7 @@ result<std::optional<std::uint64_t>> checkpoint_manager::latest_step() const
     BOOST_OUTCOME_TRY(const auto file, detail::open_regular_file(path));
     std::array<std::uint8_t, 256> text{};
     const auto length = static_cast<std::size_t>(std::min<std::uint64_t>(file.size, text.size()));
-    auto read = read_exact_at(file.fd, path, text.data(), length, 0);
+    auto read = detail::read_exact_at(file.fd, path, text.data(), length, 0);
     ::close(file.fd);
     BOOST_OUTCOME_TRY(std::move(read));
     std::string line(reinterpret_cast<const char*>(text.data()), length);

@@ -1,4 +1,5 @@
 // POSIX file operations for checkpoint writes; every failure names the call and the path.
+#include <ruda/checkpoint/detail/posix_io.hpp>
 #include <ruda/checkpoint/detail/regular_file.hpp>
 #include <ruda/checkpoint/file_ops.hpp>
 
@@ -12,6 +13,7 @@
 #include <string>
 
 namespace ruda {
+namespace detail {
 
 error io_error_from_errno(const char* what, const std::filesystem::path& path)
 {
@@ -20,6 +22,10 @@ error io_error_from_errno(const char* what, const std::filesystem::path& path)
     const char* reason = ::strerror_r(errno, text, sizeof text); // the GNU form: may not use text
     return error{errc::io_error, std::string(what) + " " + path.string() + ": " + reason};
 }
+
+} // namespace detail
+
+using detail::io_error_from_errno;
 
 namespace {
 
@@ -211,7 +217,7 @@ file_ops& posix_file_ops()
     return ops;
 }
 
-result<void> read_exact_at(int fd, const std::filesystem::path& path, std::uint8_t* data,
+result<void> detail::read_exact_at(int fd, const std::filesystem::path& path, std::uint8_t* data,
                            std::size_t size, std::uint64_t offset)
 {
     while (size > 0) {

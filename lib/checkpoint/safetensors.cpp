@@ -5,6 +5,7 @@
 #include <ruda/checkpoint/checkpoint.hpp>
 #include <ruda/checkpoint/detail/durable_writer.hpp>
 #include <ruda/checkpoint/detail/json_quote.hpp>
+#include <ruda/checkpoint/detail/posix_io.hpp>
 #include <ruda/checkpoint/detail/regular_file.hpp>
 #include <ruda/checkpoint/detail/utf8.hpp>
 #include <ruda/optim/param_id.hpp>
@@ -638,7 +639,7 @@ result<gradients_params_record> import_safetensors(const std::filesystem::path& 
 {
     BOOST_OUTCOME_TRY(const auto file, detail::open_regular_file(path));
     const read_function read = [&](std::uint8_t* data, std::size_t size, std::uint64_t offset) {
-        return read_exact_at(file.fd, path, data, size, offset);
+        return detail::read_exact_at(file.fd, path, data, size, offset);
     };
     auto record = import_from(path.string(), file.size, read, limits);
     ::close(file.fd);

@@ -3,12 +3,12 @@
 // reader's own executor. Options inject faults; counters show what happened.
 #pragma once
 
+#include <ruda/backend/detail/submit_read.hpp>
 #include <ruda/backend/host_tensor.hpp>
 #include <ruda/error.hpp>
 #include <ruda/tensor/storage_pool.hpp>
 #include <ruda/tensor/tensor_data.hpp>
 
-#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
@@ -20,20 +20,6 @@
 #include <memory>
 
 namespace ruda {
-
-namespace detail {
-class device_state;
-
-using read_handler = boost::asio::any_completion_handler<void(result<tensor_data>)>;
-
-// Queues a read of `source` on `device` (or completes it with operation_aborted when the
-// device is gone, with unsupported_device when the tensor lives on another device).
-// Completion is posted to `handler_executor`, never run inline.
-void submit_read(const std::weak_ptr<device_state>& device,
-                 const std::weak_ptr<device_state>& tensor_device,
-                 std::shared_ptr<const tensor_data> source,
-                 boost::asio::any_io_executor handler_executor, read_handler handler);
-} // namespace detail
 
 template <class Tag>
 class async_device_tensor;

@@ -14,6 +14,7 @@
 
 #include <ruda/backend/backend.hpp>
 #include <ruda/backend/cuda_device.hpp>
+#include <ruda/backend/detail/cuda_tensor_desc.hpp>
 
 #include <cstddef>
 #include <memory>
@@ -22,30 +23,6 @@
 #include <variant>
 
 namespace ruda {
-
-namespace detail {
-
-struct cuda_run;
-
-// What a tensor refers to; shared by its copies, never changed.
-struct cuda_tensor_desc {
-    std::weak_ptr<cuda_device_state> device;
-    cuda_device_ptr address = 0;
-    std::size_t bytes = 0;
-    ruda::shape dims;
-    ruda::dtype type = dtype::f32();
-    /// Reads wait for the work queued here when they are issued.
-    cuda_stream producer = nullptr;
-    /// The trainer's memory, which it may overwrite (so device staging copies it).
-    bool borrowed = false;
-    /// Keeps the memory valid: the trainer's handle, ruda's allocation or a staging lease.
-    std::shared_ptr<const void> keep_alive;
-    /// Set by a snapshot for adjacent small tensors: one copy reads the whole run.
-    std::shared_ptr<cuda_run> run;
-    std::size_t run_offset = 0;
-};
-
-} // namespace detail
 
 struct cuda_backend {
     using device = cuda_device;
