@@ -147,15 +147,6 @@ report inspect(const std::filesystem::path& file, bool check_payloads, bool veri
     return r;
 }
 
-std::string shape_text(const shape& dims)
-{
-    std::string text = "[";
-    for (std::size_t i = 0; i < dims.size(); ++i) {
-        text += (i == 0 ? "" : ", ") + std::to_string(dims[i]);
-    }
-    return text + "]";
-}
-
 std::string hex(std::uint64_t v)
 {
     char text[19];
@@ -192,7 +183,7 @@ void print_table(const report& r, std::ostream& out)
     for (std::size_t k = 0; k < index.entries.size(); ++k) {
         const auto& e = index.entries[k];
         out << "| " << e.id << " | " << table_cell(e.name) << " | " << to_string(e.original)
-            << " | " << to_string(e.stored) << " | " << shape_text(e.shape) << " | "
+            << " | " << to_string(e.stored) << " | " << to_string(e.shape) << " | "
             << human_size(e.payload.length) << " | " << (r.entry_ok[k] ? "ok" : "MISMATCH")
             << " |\n";
     }

@@ -339,81 +339,41 @@ result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
     return frame.file_length;
 }
 
-checkpoint_reader::checkpoint_reader(std::filesystem::path path, int fd,
-                                     std::span<const std::uint8_t> memory, std::uint64_t length)
-    : path_(std::move(path)), fd_(fd), memory_(memory), length_(length)
-{
-}
-
-checkpoint_reader::checkpoint_reader(checkpoint_reader&& other) noexcept
-    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), memory_(other.memory_),
-      length_(other.length_), header_offset_(other.header_offset_), index_(std::move(other.index_))
-{
-}
-
-checkpoint_reader& checkpoint_reader::operator=(checkpoint_reader&& other) noexcept
-{
-    if (this != &other) {
-        if (fd_ >= 0) {
-            ::close(fd_);
-        }
-        path_ = std::move(other.path_);
-        fd_ = std::exchange(other.fd_, -1);
-        memory_ = other.memory_;
-        length_ = other.length_;
-        header_offset_ = other.header_offset_;
-        index_ = std::move(other.index_);
-    }
-    return *this;
-}
-
-checkpoint_reader::~checkpoint_reader()
-{
-    if (fd_ >= 0) {
-        ::close(fd_);
-    }
-}
+checkpoint_reader::checkpoint_reader(detail::byte_source source) : source_(std::move(source)) {}
 
 result<void> checkpoint_reader::read_at(std::uint8_t* data, std::size_t size,
                                         std::uint64_t offset) const
 {
-    if (fd_ < 0) {
-        if (offset > memory_.size() || size > memory_.size() - offset) {
-            return error{errc::malformed_record, "Checkpoint " + path_.string() + ": read past the end"};
-        }
-        if (size != 0) {
-            std::memcpy(data, memory_.data() + offset, size);
-        }
-        return success();
+    auto read = source_.read_at(data, size, offset);
+    if (!read && read.error() == errc::malformed_record) {
+        return error{errc::malformed_record, "Checkpoint " + read.error().message()};
     }
-    return detail::read_exact_at(fd_, path_, data, size, offset);
+    return read;
 }
 
 result<checkpoint_reader> checkpoint_reader::open(const std::filesystem::path& path,
                                                   std::uint64_t max_header_bytes)
 {
-    auto file = detail::open_regular_file(path);
+    auto file = detail::byte_source::open_file(path);
     if (!file) {
         return error{file.error().code(), "Checkpoint " + file.error().message()};
     }
-    // The reader closes the file on every return below.
-    return verify_frame(checkpoint_reader{path, file.value().fd, {}, file.value().size},
-                        max_header_bytes);
+    return verify_frame(checkpoint_reader{std::move(file).value()}, max_header_bytes);
 }
 
 result<checkpoint_reader> checkpoint_reader::open_bytes(std::span<const std::uint8_t> bytes,
                                                         std::string name,
                                                         std::uint64_t max_header_bytes)
 {
-    return verify_frame(checkpoint_reader{std::move(name), -1, bytes, bytes.size()},
+    return verify_frame(checkpoint_reader{detail::byte_source::of_memory(bytes, std::move(name))},
                         max_header_bytes);
 }
 
 result<checkpoint_reader> checkpoint_reader::verify_frame(checkpoint_reader reader,
                                                           std::uint64_t max_header_bytes)
 {
-    const auto& path = reader.path_;
-    const std::uint64_t file_length = reader.length_;
+    const auto& path = reader.path();
+    const std::uint64_t file_length = reader.source_.size();
     if (file_length < detail::preamble_size + detail::trailer_size) {
         return error{errc::malformed_record,
                      "Checkpoint " + path.string() + ": " + std::to_string(file_length) +
@@ -445,7 +405,7 @@ result<checkpoint_reader> checkpoint_reader::verify_frame(checkpoint_reader read
 
 error checkpoint_reader::mismatch(const std::string& what) const
 {
-    return error{errc::checksum_mismatch, "Checkpoint " + path_.string() + ": checksum mismatch in " + what};
+    return error{errc::checksum_mismatch, "Checkpoint " + path().string() + ": checksum mismatch in " + what};
 }
 
 result<storage> checkpoint_reader::read_payload(const payload_location& payload, bool verify,
@@ -482,10 +442,10 @@ result<bool> checkpoint_reader::payload_intact(const payload_location& payload) 
 
 std::string checkpoint_reader::mapping_reason(const checkpoint_load_options& options) const
 {
-    if (fd_ < 0 || options.mapping == load_mapping::never) {
+    if (source_.fd() < 0 || options.mapping == load_mapping::never) {
         return {};
     }
-    return detail::unchangeable_because(fd_);
+    return detail::unchangeable_because(source_.fd());
 }
 
 // One payload to load, and where its bytes end up.
@@ -533,7 +493,7 @@ result<void> checkpoint_reader::check_padding(std::uint64_t from, std::uint64_t 
 
 error checkpoint_reader::nonzero_padding(std::uint64_t from, std::uint64_t to) const
 {
-    return error{errc::malformed_record, "Checkpoint " + path_.string() +
+    return error{errc::malformed_record, "Checkpoint " + path().string() +
                                              ": nonzero padding between offsets " +
                                              std::to_string(from) + " and " + std::to_string(to)};
 }
@@ -562,7 +522,7 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
         for (const std::uint64_t id : *options.only_ids) {
             const auto found = by_id.find(id);
             if (found == by_id.end()) {
-                return error{errc::missing_gradient, "Checkpoint " + path_.string() +
+                return error{errc::missing_gradient, "Checkpoint " + path().string() +
                                                          " has no gradient for parameter " +
                                                          std::to_string(id)};
             }
@@ -620,7 +580,7 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
     }
     gradients_params_record record{std::move(entries)};
     if (auto valid = validate_gradients_record(record); !valid) {
-        return in_file(path_, valid.error());
+        return in_file(path(), valid.error());
     }
     checkpoint contents{std::move(record)};
     for (std::size_t k = entry_count; k < requests.size(); ++k) {
@@ -653,7 +613,7 @@ result<void> checkpoint_reader::map_payloads(std::vector<payload_request>& reque
                                              detail::progress_meter& progress) const
 {
     BOOST_OUTCOME_TRY(auto file, detail::map_unchangeable_file(
-                                     fd_, static_cast<std::size_t>(length_), path_.string()));
+                                     source_.fd(), static_cast<std::size_t>(source_.size()), path().string()));
     const auto padding = [&](std::uint64_t from, std::uint64_t to) -> result<void> {
         if (full && from < to && !all_zero(file.span().subspan(from, to - from))) {
             return nonzero_padding(from, to);

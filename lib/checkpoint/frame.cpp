@@ -2,6 +2,7 @@
 // count is compared with the bytes that remain before anything is reserved or read.
 #include <ruda/checkpoint/checkpoint.hpp>
 #include <ruda/checkpoint/detail/frame.hpp>
+#include <ruda/checkpoint/detail/little_endian.hpp>
 #include <ruda/checkpoint/detail/utf8.hpp>
 #include <ruda/version.hpp>
 
@@ -44,11 +45,11 @@ public:
     }
 
 private:
-    void put(std::uint64_t v, int n)
+    void put(std::uint64_t v, std::size_t n)
     {
-        for (int i = 0; i < n; ++i) {
-            out_.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-        }
+        std::array<std::uint8_t, 8> b{};
+        store_le(std::span{b}.first(n), v);
+        out_.insert(out_.end(), b.begin(), b.begin() + static_cast<std::ptrdiff_t>(n));
     }
     std::vector<std::uint8_t>& out_;
 };
@@ -78,12 +79,7 @@ public:
 private:
     std::uint64_t get(std::size_t n)
     {
-        const auto b = bytes(n);
-        std::uint64_t v = 0;
-        for (std::size_t i = 0; i < b.size(); ++i) {
-            v |= static_cast<std::uint64_t>(b[i]) << (8 * i);
-        }
-        return v;
+        return load_le(bytes(n));
     }
     std::span<const std::uint8_t> in_;
     std::size_t position_ = 0;
@@ -106,10 +102,7 @@ void encode_dtype(byte_writer& w, const dtype& d)
         b[5] = static_cast<std::uint8_t>(s->level.get_kind());
         b[6] = s->level.blocks().len();
         b[7] = static_cast<std::uint8_t>(s->mode);
-        const std::uint64_t dim = s->store.dim();
-        for (int i = 0; i < 8; ++i) {
-            b[8 + i] = static_cast<std::uint8_t>(dim >> (8 * i));
-        }
+        store_le(std::span{b}.subspan(8, 8), s->store.dim());
         std::copy(s->level.blocks().storage().begin(), s->level.blocks().storage().end(),
                   b.begin() + 16);
     }
@@ -141,10 +134,7 @@ std::optional<dtype> decode_dtype(byte_reader& r)
         b[7] != static_cast<std::uint8_t>(quant_mode::symmetric)) {
         return std::nullopt;
     }
-    std::uint64_t dim = 0;
-    for (int i = 0; i < 8; ++i) {
-        dim |= static_cast<std::uint64_t>(b[8 + i]) << (8 * i);
-    }
+    const std::uint64_t dim = load_le(std::span{b}.subspan(8, 8));
     quant_scheme s;
     s.value = static_cast<quant_value>(b[2]);
     s.param = static_cast<quant_param>(b[3]);

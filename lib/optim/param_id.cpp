@@ -26,4 +26,10 @@ std::string to_string(param_id id) { return std::to_string(id.val()); }
 
 std::ostream& operator<<(std::ostream& os, param_id id) { return os << id.val(); }
 
+error parameter_error(std::string_view doing, param_id id, const error& cause)
+{
+    return error{cause.code(), std::string{doing} + " for parameter " + to_string(id) + ": " +
+                                   cause.message()};
+}
+
 } // namespace ruda

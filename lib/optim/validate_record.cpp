@@ -26,15 +26,6 @@ std::optional<std::size_t> checked_mul(std::size_t a, std::size_t b)
 
 std::size_t div_ceil(std::size_t a, std::size_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
-std::string shape_text(const shape& dims)
-{
-    std::string text = "[";
-    for (std::size_t i = 0; i < dims.size(); ++i) {
-        text += (i == 0 ? "" : ", ") + std::to_string(dims[i]);
-    }
-    return text + "]";
-}
-
 error invalid_quantization(std::uint64_t id, const std::string& reason)
 {
     return {errc::invalid_quantization,
@@ -193,7 +184,7 @@ result<void> validate_gradients_record(const gradients_params_record& record)
         const auto num_elements = entry.data.checked_num_elements();
         if (!num_elements) {
             return error{errc::shape_overflow, "Gradient shape overflows for parameter " + name() +
-                                                   ": " + shape_text(entry.data.shape())};
+                                                   ": " + to_string(entry.data.shape())};
         }
         const dtype stored = entry.data.dtype(); // a copy: scheme() points into it
         if (const quant_scheme* scheme = stored.scheme()) {

@@ -178,18 +178,6 @@ result<void> convert_elements(const std::uint8_t* in, std::uint8_t* out, std::si
     return success();
 }
 
-std::string shape_text(const shape& dims)
-{
-    std::string out = "[";
-    for (std::size_t i = 0; i < dims.size(); ++i) {
-        if (i != 0) {
-            out += ", ";
-        }
-        out += std::to_string(dims[i]);
-    }
-    return out + "]";
-}
-
 // Burn labels Flex32 results F32.
 dtype result_dtype(const dtype& target)
 {
@@ -208,7 +196,7 @@ result<std::size_t> check_convertible(const tensor_data& data, const dtype& targ
     if (n > std::numeric_limits<std::size_t>::max() / size || data.bytes().size() != n * size) {
         return error{errc::invalid_dtype,
                      "Cannot convert " + to_string(data.dtype()) + " data of shape " +
-                         shape_text(data.shape()) + " to " + to_string(target) + ": " +
+                         to_string(data.shape()) + " to " + to_string(target) + ": " +
                          std::to_string(data.bytes().size()) +
                          " bytes do not hold its element count times " + std::to_string(size)};
     }
@@ -234,7 +222,7 @@ result<std::size_t> checked_num_elements(std::span<const std::size_t> dims)
     std::size_t count = 1;
     for (const std::size_t d : dims) {
         if (d != 0 && count > std::numeric_limits<std::size_t>::max() / d) {
-            return error{errc::shape_overflow, "Shape " + shape_text(shape(dims.begin(), dims.end())) +
+            return error{errc::shape_overflow, "Shape " + to_string(shape(dims.begin(), dims.end())) +
                                                    " overflows the element count"};
         }
         count *= d;
@@ -263,7 +251,7 @@ result<tensor_data> tensor_data::from_elements(const void* data, std::size_t cou
     BOOST_OUTCOME_TRY(auto expected, ruda::checked_num_elements(dims));
     if (count != expected) {
         return error{errc::byte_count_mismatch,
-                     std::to_string(count) + " values do not fill shape " + shape_text(dims) +
+                     std::to_string(count) + " values do not fill shape " + to_string(dims) +
                          " of " + std::to_string(expected) + " elements"};
     }
     return tensor_data{storage::copy_of({static_cast<const std::uint8_t*>(data), count * element_size}),
@@ -284,7 +272,7 @@ result<std::size_t> tensor_data::checked_values(dtype::kind kind, std::size_t si
         reinterpret_cast<std::uintptr_t>(bytes_.data()) % align != 0) {
         return error{errc::byte_count_mismatch,
                      std::to_string(bytes_.size()) + " bytes of " + to_string(dtype_) +
-                         " do not hold shape " + shape_text(shape_)};
+                         " do not hold shape " + to_string(shape_)};
     }
     return n;
 }
@@ -300,7 +288,7 @@ result<tensor_data> tensor_data::convert(ruda::dtype target) const&
     if (!out) {
         return error{errc::allocation_too_large,
                      "Cannot allocate " + std::to_string(n * target.size()) + " bytes to convert " +
-                         to_string(dtype_) + " data of shape " + shape_text(shape_) + " to " +
+                         to_string(dtype_) + " data of shape " + to_string(shape_) + " to " +
                          to_string(target)};
     }
     BOOST_OUTCOME_TRY(convert_bytes(bytes_.data(), out.value().writable_data(), n, dtype_, target));
@@ -335,6 +323,18 @@ std::ostream& operator<<(std::ostream& os, const tensor_data& t)
         separator = ", ";
     }
     return os << "], " << t.bytes().size() << " bytes)";
+}
+
+std::string to_string(const shape& dims)
+{
+    std::string out = "[";
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+        if (i != 0) {
+            out += ", ";
+        }
+        out += std::to_string(dims[i]);
+    }
+    return out + "]";
 }
 
 } // namespace ruda

@@ -5,6 +5,7 @@
 
 #include <ruda/checkpoint/checkpoint.hpp>
 #include <ruda/checkpoint/checkpoint_index.hpp>
+#include <ruda/checkpoint/detail/byte_source.hpp>
 #include <ruda/checkpoint/file_ops.hpp>
 #include <ruda/error.hpp>
 
@@ -112,14 +113,14 @@ public:
     [[nodiscard]] static result<checkpoint_reader>
     open_bytes(std::span<const std::uint8_t> bytes, std::string name = "<memory>",
                std::uint64_t max_header_bytes = checkpoint_load_options{}.max_header_bytes);
-    checkpoint_reader(checkpoint_reader&& other) noexcept;
-    checkpoint_reader& operator=(checkpoint_reader&& other) noexcept;
+    checkpoint_reader(checkpoint_reader&& other) noexcept = default;
+    checkpoint_reader& operator=(checkpoint_reader&& other) noexcept = default;
     checkpoint_reader(const checkpoint_reader&) = delete;
     checkpoint_reader& operator=(const checkpoint_reader&) = delete;
-    ~checkpoint_reader();
+    ~checkpoint_reader() = default;
 
     [[nodiscard]] const checkpoint_index& index() const noexcept { return index_; }
-    [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+    [[nodiscard]] const std::filesystem::path& path() const noexcept { return source_.name(); }
     /// Why `load(options)` would map this file ("sealed memfd", "immutable", "fs-verity"), or
     /// empty when it reads it.
     [[nodiscard]] std::string mapping_reason(const checkpoint_load_options& options = {}) const;
@@ -145,8 +146,7 @@ public:
     [[nodiscard]] result<checkpoint> load(const checkpoint_load_options& options = {}) &&;
 
 private:
-    checkpoint_reader(std::filesystem::path path, int fd, std::span<const std::uint8_t> memory,
-                      std::uint64_t length);
+    explicit checkpoint_reader(detail::byte_source source);
     static result<checkpoint_reader> verify_frame(checkpoint_reader reader,
                                                   std::uint64_t max_header_bytes);
     result<void> read_at(std::uint8_t* data, std::size_t size, std::uint64_t offset) const;
@@ -173,10 +173,7 @@ private:
     error nonzero_padding(std::uint64_t from, std::uint64_t to) const;
     error mismatch(const std::string& what) const;
 
-    std::filesystem::path path_;
-    int fd_ = -1;                             // a file, or
-    std::span<const std::uint8_t> memory_{}; // bytes in memory
-    std::uint64_t length_ = 0;
+    detail::byte_source source_;
     std::uint64_t header_offset_ = 0;
     checkpoint_index index_;
 };

@@ -244,8 +244,7 @@ private:
 
     static error read_failed(std::uint64_t id, const error& cause)
     {
-        return error{cause.code(),
-                     "Reading gradient for parameter " + std::to_string(id) + ": " + cause.message()};
+        return parameter_error("Reading gradient", param_id{id}, cause);
     }
 
     template <backend B>
@@ -361,9 +360,7 @@ result<gradients_params> gradients_params::from_record(gradients_params_record r
         std::string name = std::move(entry.name);
         auto tensor = upload<B>(std::move(entry), device);
         if (!tensor) {
-            return error{tensor.error().code(), "Restoring gradient for parameter " +
-                                                    std::to_string(id) + ": " +
-                                                    tensor.error().message()};
+            return parameter_error("Restoring gradient", param_id{id}, tensor.error());
         }
         grads.insert<B>(param_id{id}, std::move(tensor).value(), std::move(name));
     }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ruda/error.hpp>
+#include <ruda/optim/param_id.hpp>
 #include <ruda/record/precision.hpp>
 #include <ruda/tensor/dtype.hpp>
 #include <ruda/tensor/tensor_data.hpp>
@@ -58,9 +59,7 @@ public:
             }
             auto data = entry.data.convert(S::float_dtype());
             if (!data) {
-                return error{data.error().code(), "Storing gradient for parameter " +
-                                                      std::to_string(entry.id) + ": " +
-                                                      data.error().message()};
+                return parameter_error("Storing gradient", param_id{entry.id}, data.error());
             }
             stored.push_back({entry.id, entry.dtype, std::move(data).value(), entry.name});
         }

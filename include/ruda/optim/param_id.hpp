@@ -2,6 +2,8 @@
 // generated, stable across save and restore.
 #pragma once
 
+#include <ruda/error.hpp>
+
 #include <compare>
 #include <cstddef>
 #include <cstdint>
@@ -35,6 +37,10 @@ private:
 [[nodiscard]] std::string to_string(param_id id);
 /// Writes `to_string(id)`, for logs and test output.
 std::ostream& operator<<(std::ostream& os, param_id id);
+
+/// `cause`, code kept, its message behind "<doing> for parameter <id>: ": how a failure about
+/// one parameter names it ("Reading gradient for parameter 7: device read failed").
+[[nodiscard]] error parameter_error(std::string_view doing, param_id id, const error& cause);
 
 } // namespace ruda
 

@@ -15,6 +15,7 @@
 #include <iosfwd>
 #include <span>
 #include <type_traits>
+#include <string>
 #include <vector>
 
 static_assert(std::endian::native == std::endian::little,
@@ -24,6 +25,9 @@ namespace ruda {
 
 /// Dimensions of a tensor, outermost first. Rank 0 (empty) holds one element.
 using shape = std::vector<std::size_t>;
+
+/// "[2, 3]"; "[]" for rank 0. Every ruda message shows a shape this way.
+[[nodiscard]] std::string to_string(const shape& dims);
 
 /// The dtype kind that stores elements of type `T`, for the typed calls below.
 template <class T>
