@@ -333,7 +333,10 @@ void async_device::reset_peak() const
     }
 }
 
-bool async_device::blocking_reads() const { return !state_ || state_->get_options().blocking_reads; }
+bool async_device::blocking_reads() const
+{
+    return !state_ || state_->get_options().blocking_reads;
+}
 
 boost::asio::io_context::executor_type async_device::executor() const
 {

@@ -35,7 +35,8 @@ borrowed(const cuda_device& device, cuda_device_ptr address, std::size_t bytes, 
     return std::shared_ptr<const detail::cuda_tensor_desc>{std::move(desc)};
 }
 
-boost::asio::awaitable<result<tensor_data>> read(std::shared_ptr<const detail::cuda_tensor_desc> tensor)
+boost::asio::awaitable<result<tensor_data>>
+read(std::shared_ptr<const detail::cuda_tensor_desc> tensor)
 {
     auto bytes = co_await boost::asio::async_initiate<const boost::asio::use_awaitable_t<>&,
                                                       void(result<storage>)>(

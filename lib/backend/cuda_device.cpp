@@ -100,7 +100,8 @@ struct pinned_memory {
             return nullptr;
         }
         if (!context.make_current() ||
-            context.api().cuMemHostRegister(memory, bytes, host_register_portable) != cuda_success) {
+            context.api().cuMemHostRegister(memory, bytes, host_register_portable) !=
+                cuda_success) {
             std::free(memory);
             return nullptr;
         }
@@ -335,13 +336,14 @@ public:
             auto context = context_;
             record_pool_ = storage_pool::create(
                 {.max_cached_bytes = options_.max_cached_record_bytes,
-                 .source = {.allocate = [context](std::size_t size) {
-                                return pinned_memory::allocate(*context, size);
-                            },
-                            .free = [context](void* memory,
-                                              std::size_t) { pinned_memory::free(*context, memory); },
-                            .name = "pinned host memory of cuda device " +
-                                    std::to_string(ordinal())}});
+                 .source = {
+                     .allocate =
+                         [context](std::size_t size) {
+                             return pinned_memory::allocate(*context, size);
+                         },
+                     .free = [context](void* memory,
+                                       std::size_t) { pinned_memory::free(*context, memory); },
+                     .name = "pinned host memory of cuda device " + std::to_string(ordinal())}});
         }
         worker_ = std::thread([this] {
             const no_blocking_scope device_thread;
@@ -416,7 +418,8 @@ public:
                             boost::asio::cancellation_type) {
                 const auto target = weak_op.lock();
                 if (const auto self = device.lock(); self && target) {
-                    boost::asio::post(self->io_, [raw = self.get(), target] { raw->cancel(target); });
+                    boost::asio::post(self->io_,
+                                      [raw = self.get(), target] { raw->cancel(target); });
                 }
             });
         }
@@ -1040,7 +1043,8 @@ upload_to_cuda(const cuda_device& device, std::span<const std::uint8_t> bytes, s
     return std::make_shared<const cuda_tensor_desc>(std::move(desc));
 }
 
-result<void> prepare_cuda_snapshot(std::span<std::shared_ptr<const cuda_tensor_desc>* const> tensors)
+result<void>
+prepare_cuda_snapshot(std::span<std::shared_ptr<const cuda_tensor_desc>* const> tensors)
 {
     // Grouped by device, in the order the devices first appear.
     std::vector<std::pair<std::shared_ptr<cuda_device_state>,

@@ -26,10 +26,10 @@ result<std::unique_ptr<driver>> load(const std::string& library)
     }
     auto api = std::make_unique<driver>();
     api->library = library;
-#define RUDA_CUDA_RESOLVE(member, symbol, type)                                                \
-    api->member = reinterpret_cast<entry<type>>(::dlsym(handle, symbol));                             \
-    if (api->member == nullptr) {                                                              \
-        return unavailable(library, "has no entry point " symbol " (driver too old?)");        \
+#define RUDA_CUDA_RESOLVE(member, symbol, type)                                                    \
+    api->member = reinterpret_cast<entry<type>>(::dlsym(handle, symbol));                          \
+    if (api->member == nullptr) {                                                                  \
+        return unavailable(library, "has no entry point " symbol " (driver too old?)");            \
     }
     RUDA_CUDA_ENTRY_POINTS(RUDA_CUDA_RESOLVE)
 #undef RUDA_CUDA_RESOLVE
@@ -54,7 +54,8 @@ std::string driver::describe(CUresult code) const
 {
     const char* name = nullptr;
     const char* text = nullptr;
-    if (cuGetErrorName == nullptr || cuGetErrorName(code, &name) != cuda_success || name == nullptr) {
+    if (cuGetErrorName == nullptr || cuGetErrorName(code, &name) != cuda_success ||
+        name == nullptr) {
         return "CUDA error " + std::to_string(code);
     }
     if (cuGetErrorString != nullptr && cuGetErrorString(code, &text) == cuda_success &&

@@ -85,9 +85,9 @@ result<void> check_cpu_strided(const at::Tensor& tensor)
 result<void> check_cpu_upload(const torch_backend::device& device)
 {
     if (!device.where.is_cpu()) {
-        return error{errc::unsupported_device, "torch backend: cannot upload to " +
-                                                   device.where.str() +
-                                                   "; this build of ruda::torch uploads to the CPU only"};
+        return error{errc::unsupported_device,
+                     "torch backend: cannot upload to " + device.where.str() +
+                         "; this build of ruda::torch uploads to the CPU only"};
     }
     return success();
 }
@@ -150,7 +150,8 @@ public:
 private:
     worker_pool() : work_(io_.get_executor())
     {
-        const std::size_t count = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 4);
+        const std::size_t count =
+            std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 4);
         for (std::size_t i = 0; i < count; ++i) {
             threads_.emplace_back([this] {
                 const no_blocking_scope read_worker;
@@ -232,7 +233,8 @@ boost::asio::awaitable<result<tensor_data>> read_on_workers(copy_function copy)
                                                    void(result<tensor_data>)>(
         [](auto handler, copy_function c) {
             boost::asio::any_io_executor ex = boost::asio::get_associated_executor(handler);
-            submit(std::move(c), detail::track_work(std::move(ex)), read_handler{std::move(handler)});
+            submit(std::move(c), detail::track_work(std::move(ex)),
+                   read_handler{std::move(handler)});
         },
         boost::asio::use_awaitable, std::move(copy));
 }

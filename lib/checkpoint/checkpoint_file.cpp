@@ -393,7 +393,8 @@ result<checkpoint_reader> checkpoint_reader::verify_frame(checkpoint_reader read
     }
     // Capped by max_header_bytes and by the file's own length (decode_preamble checked both).
     BOOST_OUTCOME_TRY(auto header, storage::try_allocate(frame.value().header_length));
-    BOOST_OUTCOME_TRY(reader.read_at(header.writable_data(), header.size(), frame.value().header_offset));
+    BOOST_OUTCOME_TRY(
+        reader.read_at(header.writable_data(), header.size(), frame.value().header_offset));
     auto index = detail::decode_header(header, frame.value());
     if (!index) {
         return in_file(path, index.error());
@@ -405,7 +406,8 @@ result<checkpoint_reader> checkpoint_reader::verify_frame(checkpoint_reader read
 
 error checkpoint_reader::mismatch(const std::string& what) const
 {
-    return error{errc::checksum_mismatch, "Checkpoint " + path().string() + ": checksum mismatch in " + what};
+    return error{errc::checksum_mismatch,
+                 "Checkpoint " + path().string() + ": checksum mismatch in " + what};
 }
 
 result<storage> checkpoint_reader::read_payload(const payload_location& payload, bool verify,
@@ -572,8 +574,9 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
     for (std::size_t k = 0; k < entry_count; ++k) {
         const checkpoint_entry_info& info = *requests[k].entry;
         // A reader being consumed gives its shapes away rather than copying them.
-        auto dims = spent != nullptr ? std::move((*spent)[static_cast<std::size_t>(&info - spent->data())].shape)
-                                     : info.shape;
+        auto dims = spent != nullptr
+                        ? std::move((*spent)[static_cast<std::size_t>(&info - spent->data())].shape)
+                        : info.shape;
         entries.push_back({info.id, info.original,
                            tensor_data{std::move(requests[k].bytes), std::move(dims), info.stored},
                            info.name});
@@ -612,8 +615,9 @@ result<void> checkpoint_reader::map_payloads(std::vector<payload_request>& reque
                                              bool full, bool verify, unsigned readers,
                                              detail::progress_meter& progress) const
 {
-    BOOST_OUTCOME_TRY(auto file, detail::map_unchangeable_file(
-                                     source_.fd(), static_cast<std::size_t>(source_.size()), path().string()));
+    BOOST_OUTCOME_TRY(auto file,
+                      detail::map_unchangeable_file(
+                          source_.fd(), static_cast<std::size_t>(source_.size()), path().string()));
     const auto padding = [&](std::uint64_t from, std::uint64_t to) -> result<void> {
         if (full && from < to && !all_zero(file.span().subspan(from, to - from))) {
             return nonzero_padding(from, to);

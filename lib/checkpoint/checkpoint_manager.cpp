@@ -261,8 +261,9 @@ result<std::optional<std::uint64_t>> checkpoint_manager::latest_step() const
     line.resize(std::min(line.size(), line.find('\n')));
     const auto step = step_of(line);
     if (!step) {
-        return error{errc::malformed_record,
-                     path.string() + " does not name a checkpoint file: \"" + line.substr(0, 64) + "\""};
+        return error{errc::malformed_record, path.string() +
+                                                 " does not name a checkpoint file: \"" +
+                                                 line.substr(0, 64) + "\""};
     }
     return step;
 }

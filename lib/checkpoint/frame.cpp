@@ -117,7 +117,8 @@ std::optional<dtype> decode_dtype(byte_reader& r)
         return std::nullopt;
     }
     const auto kind = static_cast<dtype::kind>(b[0]);
-    const bool rest_zero = std::all_of(b.begin() + 2, b.end(), [](std::uint8_t x) { return x == 0; });
+    const bool rest_zero =
+        std::all_of(b.begin() + 2, b.end(), [](std::uint8_t x) { return x == 0; });
     if (kind == dtype::kind::boolean) {
         if (b[1] > static_cast<std::uint8_t>(bool_store::u32) || !rest_zero) {
             return std::nullopt;
@@ -478,7 +479,8 @@ result<checkpoint_index> decode_header(std::span<const std::uint8_t> header, con
         index.sections.push_back(std::move(s));
     }
     if (r.failed() || r.remaining() != 0) {
-        return malformed("checkpoint header is " + std::string(r.failed() ? "truncated" : "too long"));
+        return malformed("checkpoint header is " +
+                         std::string(r.failed() ? "truncated" : "too long"));
     }
 
     // Every payload aligned, between the preamble and the header, and no two overlapping.

@@ -117,11 +117,13 @@ result<gradients_params_record> import_from(const detail::byte_source& from,
     std::string json(header_size, '\0');
     BOOST_OUTCOME_TRY(read(reinterpret_cast<std::uint8_t*>(json.data()), json.size(), 8));
     const std::uint64_t data_start = 8 + header_size;
-    BOOST_OUTCOME_TRY(auto plans, detail::parse_safetensors_header(json, source, size - data_start));
+    BOOST_OUTCOME_TRY(auto plans,
+                      detail::parse_safetensors_header(json, source, size - data_start));
 
     // The tensors tile the data exactly (the parser checked): one read into one buffer, which
     // every tensor shares as its slice.
-    BOOST_OUTCOME_TRY(auto data, storage::try_allocate(static_cast<std::size_t>(size - data_start)));
+    BOOST_OUTCOME_TRY(auto data,
+                      storage::try_allocate(static_cast<std::size_t>(size - data_start)));
     if (!data.empty()) {
         BOOST_OUTCOME_TRY(read(data.writable_data(), data.size(), data_start));
     }

@@ -228,7 +228,8 @@ private:
             return fail("4 hexadecimal digits");
         }
         unsigned value = 0;
-        const auto [end, ec] = std::from_chars(text_.data() + pos_, text_.data() + pos_ + 4, value, 16);
+        const auto [end, ec] =
+            std::from_chars(text_.data() + pos_, text_.data() + pos_ + 4, value, 16);
         if (ec != std::errc{} || end != text_.data() + pos_ + 4) {
             return fail("4 hexadecimal digits");
         }

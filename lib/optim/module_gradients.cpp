@@ -22,12 +22,14 @@ std::string label(const std::string& name, param_id id)
 }
 
 // The module's parameters by id; two names with one id are an error.
-result<std::unordered_map<param_id, named_parameter>> parameters_by_id(const torch::nn::Module& module)
+result<std::unordered_map<param_id, named_parameter>>
+parameters_by_id(const torch::nn::Module& module)
 {
     std::unordered_map<param_id, named_parameter> parameters;
     for (const auto& item : module.named_parameters(/*recurse=*/true)) {
         const param_id id = param_id::from_name(item.key());
-        const auto [at, inserted] = parameters.try_emplace(id, named_parameter{item.key(), item.value()});
+        const auto [at, inserted] =
+            parameters.try_emplace(id, named_parameter{item.key(), item.value()});
         if (!inserted) {
             return error{errc::duplicate_param_id, "Parameters " + at->second.name + " and " +
                                                        item.key() + " have the same id " +
@@ -83,7 +85,8 @@ match(const gradients_params& tensors, std::unordered_map<param_id, named_parame
         if (value.scalar_type() != parameter.tensor.scalar_type()) {
             return error{errc::invalid_dtype,
                          label(parameter.name, id) + ": dtype " +
-                             std::string{c10::toString(value.scalar_type())} + ", the parameter's " +
+                             std::string{c10::toString(value.scalar_type())} +
+                             ", the parameter's " +
                              std::string{c10::toString(parameter.tensor.scalar_type())}};
         }
         if (value.sizes() != parameter.tensor.sizes()) {

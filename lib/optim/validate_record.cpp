@@ -173,7 +173,8 @@ result<void> validate_gradients_record(const gradients_params_record& record)
     for (const gradient_entry& entry : entries) {
         const std::uint64_t id = entry.id;
         if (!ascending && !seen.insert(id).second) {
-            return error{errc::duplicate_param_id, "Duplicate gradient parameter ID " + std::to_string(id)};
+            return error{errc::duplicate_param_id,
+                         "Duplicate gradient parameter ID " + std::to_string(id)};
         }
         const auto name = [id] { return std::to_string(id); };
         if (!compatible(entry.dtype, entry.data.dtype())) {

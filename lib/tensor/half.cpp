@@ -50,7 +50,8 @@ float16 f16_from_f32(float f) noexcept
     const auto x = std::bit_cast<std::uint32_t>(f);
     if (is_nan_bits(x)) {
         const std::uint32_t sign = (x & f32_sign) >> 16;
-        return float16{static_cast<std::uint16_t>(sign | 0x7C00U | 0x0200U | ((x & 0x007F'FFFFU) >> 13))};
+        return float16{
+            static_cast<std::uint16_t>(sign | 0x7C00U | 0x0200U | ((x & 0x007F'FFFFU) >> 13))};
     }
     return float16{fp16_ieee_from_fp32_value(f)};
 }
@@ -141,7 +142,8 @@ __attribute__((target("avx2"))) void f32_to_bf16_avx2(const float* in, bfloat16*
 {
     std::size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        const __m256i lo = bf16_round8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
+        const __m256i lo =
+            bf16_round8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
         const __m256i hi =
             bf16_round8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i + 8)));
         // packus interleaves 128-bit lanes; the permute restores element order.

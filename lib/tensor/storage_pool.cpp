@@ -63,8 +63,8 @@ result<storage> storage_pool::acquire(std::size_t size)
     }
     const std::size_t capacity = size_class(size);
     if (capacity < size) {
-        return error{errc::allocation_too_large,
-                     "Cannot allocate " + std::to_string(size) + " bytes of " + options_.source.name};
+        return error{errc::allocation_too_large, "Cannot allocate " + std::to_string(size) +
+                                                     " bytes of " + options_.source.name};
     }
     void* memory = nullptr;
     {

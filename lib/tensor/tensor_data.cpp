@@ -99,9 +99,10 @@ bool cast(S s, D& d) noexcept
         const double t = std::trunc(widen(s));
         // Both bounds are powers of two, exact in a double: [min, max + 1).
         constexpr double lo = static_cast<double>(std::numeric_limits<D>::min());
-        constexpr double hi = std::numeric_limits<D>::is_signed
-                                  ? -static_cast<double>(std::numeric_limits<D>::min())
-                                  : 2.0 * (static_cast<double>(std::numeric_limits<D>::max() / 2) + 1.0);
+        constexpr double hi =
+            std::numeric_limits<D>::is_signed
+                ? -static_cast<double>(std::numeric_limits<D>::min())
+                : 2.0 * (static_cast<double>(std::numeric_limits<D>::max() / 2) + 1.0);
         if (!(t >= lo && t < hi)) { // false for NaN
             return false;
         }
@@ -222,7 +223,8 @@ result<std::size_t> checked_num_elements(std::span<const std::size_t> dims)
     std::size_t count = 1;
     for (const std::size_t d : dims) {
         if (d != 0 && count > std::numeric_limits<std::size_t>::max() / d) {
-            return error{errc::shape_overflow, "Shape " + to_string(shape(dims.begin(), dims.end())) +
+            return error{errc::shape_overflow, "Shape " +
+                                                   to_string(shape(dims.begin(), dims.end())) +
                                                    " overflows the element count"};
         }
         count *= d;
@@ -254,8 +256,9 @@ result<tensor_data> tensor_data::from_elements(const void* data, std::size_t cou
                      std::to_string(count) + " values do not fill shape " + to_string(dims) +
                          " of " + std::to_string(expected) + " elements"};
     }
-    return tensor_data{storage::copy_of({static_cast<const std::uint8_t*>(data), count * element_size}),
-                       std::move(dims), type};
+    return tensor_data{
+        storage::copy_of({static_cast<const std::uint8_t*>(data), count * element_size}),
+        std::move(dims), type};
 }
 
 result<std::size_t> tensor_data::checked_values(dtype::kind kind, std::size_t size,

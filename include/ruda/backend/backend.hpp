@@ -61,7 +61,8 @@ concept backend =
 /// then reads every tensor in one pass, with no coroutine per tensor.
 template <class B>
 concept immediate_reads =
-    backend<B> && requires(const typename B::float_tensor& f, const typename B::quantized_tensor& q) {
+    backend<B> &&
+    requires(const typename B::float_tensor& f, const typename B::quantized_tensor& q) {
         { B::read_now(f) } -> std::same_as<result<tensor_data>>;
         { B::read_now(q) } -> std::same_as<result<tensor_data>>;
     };

@@ -45,7 +45,10 @@ public:
     explicit checkpoint(gradients_params_record gradients) : gradients_(std::move(gradients)) {}
 
     [[nodiscard]] const gradients_params_record& gradients() const& noexcept { return gradients_; }
-    [[nodiscard]] gradients_params_record&& gradients() && noexcept { return std::move(gradients_); }
+    [[nodiscard]] gradients_params_record&& gradients() && noexcept
+    {
+        return std::move(gradients_);
+    }
     void set_gradients(gradients_params_record gradients) { gradients_ = std::move(gradients); }
 
     /// Serializes `value` into section `name`, replacing a section of that name.

@@ -77,9 +77,9 @@ struct checkpoint_save_options {
 
 /// Writes `contents` to `path`, once it passes every check a load would make on it
 /// (`validate_for_saving`, and a header within `options.max_header_bytes`: both with the load's
-/// error codes, before anything is written): to `<path>.tmp`, fsync, rename, fsync of the directory, so
-/// `path` holds either its previous contents or the whole new checkpoint. The layout is known
-/// before the first byte, so `options.writers` threads write payloads at their offsets at
+/// error codes, before anything is written): to `<path>.tmp`, fsync, rename, fsync of the
+/// directory, so `path` holds either its previous contents or the whole new checkpoint. The layout
+/// is known before the first byte, so `options.writers` threads write payloads at their offsets at
 /// once: small ones gathered through a 1 MiB buffer per writer, large ones straight from
 /// `contents` in 8 MiB pieces, never a second full copy, each piece's writeback started as soon
 /// as it is written. Returns the file's size. Failures are `errc::io_error` naming the
@@ -105,9 +105,9 @@ public:
     /// Opens and verifies `path`: `errc::malformed_record` for a foreign, truncated or
     /// inconsistent file, `errc::checksum_mismatch` for corrupt frame bytes,
     /// `errc::unsupported_version` for a newer format, `errc::io_error` if it cannot be read.
-    [[nodiscard]] static result<checkpoint_reader> open(const std::filesystem::path& path,
-                                                        std::uint64_t max_header_bytes =
-                                                            checkpoint_load_options{}.max_header_bytes);
+    [[nodiscard]] static result<checkpoint_reader>
+    open(const std::filesystem::path& path,
+         std::uint64_t max_header_bytes = checkpoint_load_options{}.max_header_bytes);
     /// The same checks on a checkpoint held in memory; `bytes` must outlive the reader, and
     /// `name` stands for the path in messages.
     [[nodiscard]] static result<checkpoint_reader>

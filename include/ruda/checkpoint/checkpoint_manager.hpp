@@ -201,8 +201,8 @@ auto checkpoint_manager::async_save(std::uint64_t step, const gradients_params& 
                     return;
                 }
                 contents.set_gradients(std::move(record).value());
-                std::move(handler)(
-                    result<pending_save>{pending_save{queue_write(at, std::move(contents)), executor}});
+                std::move(handler)(result<pending_save>{
+                    pending_save{queue_write(at, std::move(contents)), executor}});
             };
             detail::async_run_snapshot(
                 std::move(snapshot), executor,

@@ -265,7 +265,8 @@ private:
 
     // Every read of an immediate_reads backend, in one pass under one lock.
     template <immediate_reads B>
-    [[nodiscard]] result<gradients_params_record> read_now_all(const snapshot_options& options) const
+    [[nodiscard]] result<gradients_params_record>
+    read_now_all(const snapshot_options& options) const
     {
         const std::shared_lock lock{mutex_};
         struct found {

@@ -81,7 +81,8 @@ void load(Archive& ar, quant_scheme& s, std::uint32_t /*version*/)
     }
     // Kept as read, a length past 5 included: restore rejects it with a clear error.
     const auto blocks = block_size::from_parts(storage, len);
-    s.level = level == quant_level::kind::tensor ? quant_level::tensor() : quant_level::block(blocks);
+    s.level =
+        level == quant_level::kind::tensor ? quant_level::tensor() : quant_level::block(blocks);
     s.mode = detail::load_enum(ar, "mode", quant_mode::symmetric);
 }
 

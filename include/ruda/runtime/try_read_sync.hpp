@@ -81,14 +81,15 @@ try_read_sync(Factory&& factory, const sync_read_options& options = {})
     auto& io = context->io;
     auto slot = std::make_shared<detail::sync_read_slot<value_type>>();
     try {
+        const auto finished = [slot](std::exception_ptr e) {
+            slot->failure = e;
+            slot->done = true;
+        };
+        auto read = detail::run_into_slot<value_type>(std::forward<Factory>(factory), slot,
+                                                      io.get_executor());
         boost::asio::co_spawn(
-            io,
-            detail::run_into_slot<value_type>(std::forward<Factory>(factory), slot,
-                                              io.get_executor()),
-            boost::asio::bind_cancellation_slot(context->cancel.slot(), [slot](std::exception_ptr e) {
-                slot->failure = e;
-                slot->done = true;
-            }));
+            io, std::move(read),
+            boost::asio::bind_cancellation_slot(context->cancel.slot(), finished));
     } catch (...) {
         return error_from_exception(std::current_exception(), "try_read_sync");
     }

@@ -28,6 +28,7 @@ upload_to_cuda(const cuda_device& device, std::span<const std::uint8_t> bytes, s
 /// What a snapshot does when it is taken, device by device: every borrowed tensor on a device
 /// with a staging buffer is replaced by its staged copy, then runs of adjacent small tensors
 /// are marked to be read by one copy each.
-result<void> prepare_cuda_snapshot(std::span<std::shared_ptr<const cuda_tensor_desc>* const> tensors);
+result<void>
+prepare_cuda_snapshot(std::span<std::shared_ptr<const cuda_tensor_desc>* const> tensors);
 
 } // namespace ruda::detail

@@ -148,7 +148,8 @@ struct initiate_snapshot {
                     const Executor& executor_choice) const
     {
         const auto executor = operation_executor(handler, executor_choice);
-        auto operation = std::make_shared<snapshot_operation<Handler>>(std::move(handler), executor);
+        auto operation =
+            std::make_shared<snapshot_operation<Handler>>(std::move(handler), executor);
         operation->start(std::move(op));
     }
 };
