@@ -1,6 +1,6 @@
-// What every benchmark program needs: timing a callable, the median of repeated runs, an
-// fsync of a file a peer wrote, running a ruda coroutine to completion on a fresh io_context on
-// this thread, and handing its figures to bench/run as JSON.
+// What every benchmark program needs: its command line, timing a callable, the median of
+// repeated runs, an fsync of a file a peer wrote, running a ruda coroutine to completion on a
+// fresh io_context on this thread, and handing its figures to bench/run as JSON.
 #pragma once
 
 #include <ruda/error.hpp>
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,8 @@
 #include <iomanip>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -108,6 +111,86 @@ public:
 
 private:
     std::vector<std::pair<std::string, double>> values_;
+};
+
+/// A benchmark's command line: `--name VALUE` options and `--name` flags, each bound to a
+/// variable. An unknown argument, a missing value, a value that does not parse, or `valid`
+/// returning false afterwards prints the usage (made from the bindings) and exits with 2.
+///
+///     bench::command_line{}.option("--reps", s.reps).option("--json", s.json, "PATH")
+///         .flag("--check", s.check).parse(argc, argv, [&] { return s.reps >= 1; });
+class command_line {
+public:
+    /// A number, a string, an optional string or a path.
+    template <class T>
+    command_line& option(std::string name, T& target, std::string placeholder = "N")
+    {
+        return option(std::move(name), std::move(placeholder), [&target](std::string_view text) {
+            if constexpr (std::is_integral_v<T>) {
+                const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(),
+                                                       target);
+                return ec == std::errc{} && end == text.data() + text.size();
+            } else {
+                target = T{std::string{text}};
+                return true;
+            }
+        });
+    }
+    /// Any other value, through `set` (false: it does not parse).
+    command_line& option(std::string name, std::string placeholder,
+                         std::function<bool(std::string_view)> set)
+    {
+        bindings_.push_back({std::move(name), std::move(placeholder), std::move(set)});
+        return *this;
+    }
+    command_line& flag(std::string name, bool& target)
+    {
+        bindings_.push_back({std::move(name), "", [&target](std::string_view) {
+                                 target = true;
+                                 return true;
+                             }});
+        return *this;
+    }
+
+    void parse(int argc, char** argv, const std::function<bool()>& valid = {}) const
+    {
+        for (int i = 1; i < argc; ++i) {
+            const auto found = std::find_if(bindings_.begin(), bindings_.end(),
+                                            [&](const binding& b) { return b.name == argv[i]; });
+            if (found == bindings_.end()) {
+                usage(argv[0]);
+            }
+            const bool takes_value = !found->placeholder.empty();
+            if (takes_value && i + 1 == argc) {
+                usage(argv[0]);
+            }
+            if (!found->set(takes_value ? argv[++i] : "")) {
+                usage(argv[0]);
+            }
+        }
+        if (valid && !valid()) {
+            usage(argv[0]);
+        }
+    }
+
+private:
+    struct binding {
+        std::string name;
+        std::string placeholder; // empty for a flag
+        std::function<bool(std::string_view)> set;
+    };
+
+    [[noreturn]] void usage(const char* program) const
+    {
+        std::string text = "usage: " + std::string{program};
+        for (const binding& b : bindings_) {
+            text += " [" + b.name + (b.placeholder.empty() ? "" : " " + b.placeholder) + "]";
+        }
+        std::fprintf(stderr, "%s\n", text.c_str());
+        std::exit(2);
+    }
+
+    std::vector<binding> bindings_;
 };
 
 } // namespace bench

@@ -79,38 +79,24 @@ struct settings {
     }
 };
 
-bool parse(int argc, char** argv, settings& s)
+void parse(int argc, char** argv, settings& s)
 {
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        const bool has_value = i + 1 < argc;
-        if (arg == "--tensors" && has_value) {
-            s.tensors = std::strtoul(argv[++i], nullptr, 10);
-        } else if (arg == "--mib-per-tensor" && has_value) {
-            s.mib_per_tensor = std::strtoul(argv[++i], nullptr, 10);
-        } else if (arg == "--elements" && has_value) {
-            s.elements = std::strtoul(argv[++i], nullptr, 10);
-        } else if (arg == "--dtype" && has_value) {
-            const std::string name = argv[++i];
-            if (name != "f32" && name != "bf16") {
-                return false;
-            }
-            s.dtype = name == "f32" ? ruda::dtype::f32() : ruda::dtype::bf16();
-        } else if (arg == "--reps" && has_value) {
-            s.reps = std::atoi(argv[++i]);
-        } else if (arg == "--dir" && has_value) {
-            s.dir = argv[++i];
-        } else if (arg == "--json" && has_value) {
-            s.json = argv[++i];
-        } else if (arg == "--check") {
-            s.check = true;
-        } else if (arg == "--sweep") {
-            s.sweep = true;
-        } else {
-            return false;
-        }
-    }
-    return s.tensors > 0 && s.elements_per_tensor() > 0 && s.reps >= 1;
+    bench::command_line{}
+        .option("--tensors", s.tensors)
+        .option("--mib-per-tensor", s.mib_per_tensor)
+        .option("--elements", s.elements)
+        .option("--dtype", "f32|bf16",
+                [&s](std::string_view name) {
+                    s.dtype = name == "bf16" ? ruda::dtype::bf16() : ruda::dtype::f32();
+                    return name == "f32" || name == "bf16";
+                })
+        .option("--reps", s.reps)
+        .option("--dir", s.dir, "DIR")
+        .option("--json", s.json, "PATH")
+        .flag("--check", s.check)
+        .flag("--sweep", s.sweep)
+        .parse(argc, argv,
+               [&s] { return s.tensors > 0 && s.elements_per_tensor() > 0 && s.reps >= 1; });
 }
 
 [[noreturn]] void die(const std::string& what)
@@ -404,13 +390,7 @@ private:
 int main(int argc, char** argv)
 {
     settings s;
-    if (!parse(argc, argv, s)) {
-        std::fprintf(stderr,
-                     "usage: %s [--tensors N] [--mib-per-tensor N | --elements N] "
-                     "[--dtype f32|bf16] [--reps N] [--dir DIR] [--json PATH] [--check] [--sweep]\n",
-                     argv[0]);
-        return 2;
-    }
+    parse(argc, argv, s);
     fs::path dir;
     if (s.dir) {
         dir = *s.dir / "bench-checkpoint";

@@ -35,23 +35,11 @@ int main(int argc, char** argv)
     std::size_t mib = 64;
     int reps = 9;
     bool check = false;
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        if (arg == "--mib" && i + 1 < argc) {
-            mib = std::strtoul(argv[++i], nullptr, 10);
-        } else if (arg == "--reps" && i + 1 < argc) {
-            reps = std::atoi(argv[++i]);
-        } else if (arg == "--check") {
-            check = true;
-        } else {
-            std::fprintf(stderr, "usage: %s [--mib N] [--reps N] [--check]\n", argv[0]);
-            return 2;
-        }
-    }
-    if (mib == 0 || reps < 1) {
-        std::fprintf(stderr, "--mib and --reps must be positive\n");
-        return 2;
-    }
+    bench::command_line{}
+        .option("--mib", mib)
+        .option("--reps", reps)
+        .flag("--check", check)
+        .parse(argc, argv, [&] { return mib > 0 && reps >= 1; });
 
     const std::size_t n = mib * 1024 * 1024 / sizeof(float);
     std::vector<float> input(n);

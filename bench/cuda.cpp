@@ -36,28 +36,15 @@ struct args {
 args parse(int argc, char** argv)
 {
     args a;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string key = argv[i];
-        const std::string value = argv[i + 1];
-        if (key == "--tensors") {
-            a.tensors = std::stoul(value);
-        } else if (key == "--mib-per-tensor") {
-            a.mib_per_tensor = std::stoul(value);
-        } else if (key == "--small") {
-            a.small = std::stoul(value);
-        } else if (key == "--small-bytes") {
-            a.small_bytes = std::stoul(value);
-        } else if (key == "--reps") {
-            a.reps = std::stoi(value);
-        } else if (key == "--driver") {
-            a.driver = value;
-        } else if (key == "--json") {
-            a.json = value;
-        } else {
-            std::cerr << "unknown option " << key << "\n";
-            std::exit(2);
-        }
-    }
+    bench::command_line{}
+        .option("--tensors", a.tensors)
+        .option("--mib-per-tensor", a.mib_per_tensor)
+        .option("--small", a.small)
+        .option("--small-bytes", a.small_bytes)
+        .option("--reps", a.reps)
+        .option("--driver", a.driver, "LIBRARY")
+        .option("--json", a.json, "PATH")
+        .parse(argc, argv, [&a] { return a.reps >= 1; });
     return a;
 }
 

@@ -43,30 +43,14 @@ int main(int argc, char** argv)
     int reps = 3;
     std::size_t cpu_reads = 200000;
     bool check = false;
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        if (arg == "--reads" && i + 1 < argc) {
-            reads = std::strtoul(argv[++i], nullptr, 10);
-        } else if (arg == "--latency-ms" && i + 1 < argc) {
-            latency_ms = std::strtol(argv[++i], nullptr, 10);
-        } else if (arg == "--reps" && i + 1 < argc) {
-            reps = std::atoi(argv[++i]);
-        } else if (arg == "--cpu-reads" && i + 1 < argc) {
-            cpu_reads = std::strtoul(argv[++i], nullptr, 10);
-        } else if (arg == "--check") {
-            check = true;
-        } else {
-            std::fprintf(stderr,
-                         "usage: %s [--reads N] [--latency-ms N] [--reps N] [--cpu-reads N] "
-                         "[--check]\n",
-                         argv[0]);
-            return 2;
-        }
-    }
-    if (reads == 0 || latency_ms < 0 || reps < 1 || cpu_reads == 0) {
-        std::fprintf(stderr, "--reads, --reps and --cpu-reads must be positive\n");
-        return 2;
-    }
+    bench::command_line{}
+        .option("--reads", reads)
+        .option("--latency-ms", latency_ms)
+        .option("--reps", reps)
+        .option("--cpu-reads", cpu_reads)
+        .flag("--check", check)
+        .parse(argc, argv,
+               [&] { return reads > 0 && latency_ms >= 0 && reps >= 1 && cpu_reads > 0; });
 
     // Part 1: latency hiding. 64 transfer engines, so the window is the only limit.
     const ruda::async_device device{{.latency = std::chrono::milliseconds(latency_ms),

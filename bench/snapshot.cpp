@@ -107,35 +107,26 @@ std::vector<std::size_t> parse_list(const std::string& text)
     return out;
 }
 
-bool parse(int argc, char** argv, settings& s)
+void parse(int argc, char** argv, settings& s)
 {
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        const bool has_value = i + 1 < argc;
-        if (arg == "--tensors" && has_value) {
-            s.tensors = std::strtoul(argv[++i], nullptr, 10);
-        } else if (arg == "--mib-per-tensor" && has_value) {
-            s.mib_per_tensor = std::strtoul(argv[++i], nullptr, 10);
-        } else if (arg == "--small" && has_value) {
-            s.small = std::strtoul(argv[++i], nullptr, 10);
-        } else if (arg == "--device-tensors" && has_value) {
-            s.device_tensors = std::strtoul(argv[++i], nullptr, 10);
-        } else if (arg == "--latency-ms" && has_value) {
-            s.latency_ms = std::strtol(argv[++i], nullptr, 10);
-        } else if (arg == "--windows" && has_value) {
-            s.windows = parse_list(argv[++i]);
-        } else if (arg == "--reps" && has_value) {
-            s.reps = std::atoi(argv[++i]);
-        } else if (arg == "--json" && has_value) {
-            s.json = argv[++i];
-        } else if (arg == "--check") {
-            s.check = true;
-        } else {
-            return false;
-        }
-    }
-    return s.tensors > 0 && s.mib_per_tensor > 0 && s.small > 0 && s.device_tensors > 0 &&
-           s.latency_ms >= 0 && !s.windows.empty() && s.reps >= 1;
+    bench::command_line{}
+        .option("--tensors", s.tensors)
+        .option("--mib-per-tensor", s.mib_per_tensor)
+        .option("--small", s.small)
+        .option("--device-tensors", s.device_tensors)
+        .option("--latency-ms", s.latency_ms)
+        .option("--windows", "N,N,...",
+                [&s](std::string_view list) {
+                    s.windows = parse_list(std::string{list});
+                    return true;
+                })
+        .option("--reps", s.reps)
+        .option("--json", s.json, "PATH")
+        .flag("--check", s.check)
+        .parse(argc, argv, [&s] {
+            return s.tensors > 0 && s.mib_per_tensor > 0 && s.small > 0 && s.device_tensors > 0 &&
+                   s.latency_ms >= 0 && !s.windows.empty() && s.reps >= 1;
+        });
 }
 
 } // namespace
@@ -143,14 +134,7 @@ bool parse(int argc, char** argv, settings& s)
 int main(int argc, char** argv)
 {
     settings s;
-    if (!parse(argc, argv, s)) {
-        std::fprintf(stderr,
-                     "usage: %s [--tensors N] [--mib-per-tensor N] [--small N] "
-                     "[--device-tensors N] [--latency-ms N] [--windows N,N,...] [--reps N] "
-                     "[--json PATH] [--check]\n",
-                     argv[0]);
-        return 2;
-    }
+    parse(argc, argv, s);
     std::size_t sink = 0;
 
     // (a) Large tensors: snapshot throughput against memcpy into fresh buffers.

@@ -41,26 +41,15 @@ struct settings {
     std::optional<std::string> json;
 };
 
-bool parse(int argc, char** argv, settings& s)
+void parse(int argc, char** argv, settings& s)
 {
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        const bool has_value = i + 1 < argc;
-        if (arg == "--width" && has_value) {
-            s.width = std::atol(argv[++i]);
-        } else if (arg == "--layers" && has_value) {
-            s.layers = std::atoi(argv[++i]);
-        } else if (arg == "--reps" && has_value) {
-            s.reps = std::atoi(argv[++i]);
-        } else if (arg == "--dir" && has_value) {
-            s.dir = argv[++i];
-        } else if (arg == "--json" && has_value) {
-            s.json = argv[++i];
-        } else {
-            return false;
-        }
-    }
-    return s.width > 0 && s.layers > 0 && s.reps >= 1;
+    bench::command_line{}
+        .option("--width", s.width)
+        .option("--layers", s.layers)
+        .option("--reps", s.reps)
+        .option("--dir", s.dir, "DIR")
+        .option("--json", s.json, "PATH")
+        .parse(argc, argv, [&s] { return s.width > 0 && s.layers > 0 && s.reps >= 1; });
 }
 
 
@@ -73,11 +62,7 @@ struct free_deleter {
 int main(int argc, char** argv)
 {
     settings s;
-    if (!parse(argc, argv, s)) {
-        std::fprintf(stderr, "usage: %s [--width N] [--layers N] [--reps N] [--dir DIR] [--json PATH]\n",
-                     argv[0]);
-        return 2;
-    }
+    parse(argc, argv, s);
     torch::manual_seed(0);
     torch::nn::Sequential model;
     for (int i = 0; i < s.layers; ++i) {

@@ -36,32 +36,20 @@ struct settings {
     std::optional<std::string> json;
 };
 
-bool parse(int argc, char** argv, settings& s)
+void parse(int argc, char** argv, settings& s)
 {
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        const bool has_value = i + 1 < argc;
-        if (arg == "--tensors" && has_value) {
-            s.tensors = std::strtoul(argv[++i], nullptr, 10);
-        } else if (arg == "--elements" && has_value) {
-            s.elements = std::strtoul(argv[++i], nullptr, 10);
-        } else if (arg == "--dtype" && has_value) {
-            const std::string name = argv[++i];
-            if (name != "f32" && name != "bf16") {
-                return false;
-            }
-            s.dtype = name == "f32" ? torch::kFloat : torch::kBFloat16;
-        } else if (arg == "--reps" && has_value) {
-            s.reps = std::atoi(argv[++i]);
-        } else if (arg == "--dir" && has_value) {
-            s.dir = argv[++i];
-        } else if (arg == "--json" && has_value) {
-            s.json = argv[++i];
-        } else {
-            return false;
-        }
-    }
-    return s.tensors > 0 && s.elements > 0 && s.reps >= 1;
+    bench::command_line{}
+        .option("--tensors", s.tensors)
+        .option("--elements", s.elements)
+        .option("--dtype", "f32|bf16",
+                [&s](std::string_view name) {
+                    s.dtype = name == "bf16" ? torch::kBFloat16 : torch::kFloat;
+                    return name == "f32" || name == "bf16";
+                })
+        .option("--reps", s.reps)
+        .option("--dir", s.dir, "DIR")
+        .option("--json", s.json, "PATH")
+        .parse(argc, argv, [&s] { return s.tensors > 0 && s.elements > 0 && s.reps >= 1; });
 }
 
 
@@ -70,13 +58,7 @@ bool parse(int argc, char** argv, settings& s)
 int main(int argc, char** argv)
 {
     settings s;
-    if (!parse(argc, argv, s)) {
-        std::fprintf(stderr,
-                     "usage: %s [--tensors N] [--elements N] [--dtype f32|bf16] [--reps N] "
-                     "[--dir DIR] [--json PATH]\n",
-                     argv[0]);
-        return 2;
-    }
+    parse(argc, argv, s);
     std::vector<torch::Tensor> grads;
     for (std::size_t i = 0; i < s.tensors; ++i) {
         const auto k = torch::arange(static_cast<std::int64_t>(s.elements), torch::kFloat);
