@@ -11,8 +11,8 @@
 // writes the run's figures for bench/run.
 //
 //   async_trainer [--steps N] [--snapshot-every N] [--latency-ms N] [--dir DIR] [--json PATH]
-#include "checkpoint_dir.hpp"
-#include "mlp.hpp"
+#include "common/checkpoint_dir.hpp"
+#include "common/mlp.hpp"
 
 #include <ruda/ruda.hpp>
 

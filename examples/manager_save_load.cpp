@@ -1,7 +1,7 @@
 // A checkpoint directory: three saves through a `checkpoint_manager` keeping the last two, each
 // with the gradients and a section of the trainer's own state; then the latest loaded back and
 // its gradients restored into a fresh container. Pass a directory to keep the files.
-#include "checkpoint_dir.hpp"
+#include "common/checkpoint_dir.hpp"
 
 #include <ruda/ruda.hpp>
 

@@ -1,7 +1,7 @@
 // Gradients out to safetensors and back: an export any safetensors reader (numpy, PyTorch, the
 // Hugging Face library) opens, each tensor under its parameter's name and with the dtype it
 // had; then the file imported, checked in full before anything is allocated, and compared.
-#include "checkpoint_dir.hpp"
+#include "common/checkpoint_dir.hpp"
 
 #include <ruda/ruda.hpp>
 

@@ -12,7 +12,7 @@
 // uninterrupted run. Exits non-zero otherwise.
 //
 //   torch_trainer [--steps N] [--snapshot-every N] [--dir DIR]
-#include "checkpoint_dir.hpp"
+#include "common/checkpoint_dir.hpp"
 
 #include <ruda/optim/module_gradients.hpp>
 #include <ruda/ruda.hpp>
