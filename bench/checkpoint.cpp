@@ -115,7 +115,7 @@ ruda::checkpoint make_checkpoint(std::size_t tensors, std::size_t elements, ruda
             values[k] = static_cast<float>(i) + static_cast<float>(k) * 1e-3F;
         }
         auto data = ruda::tensor_data::from_values(std::move(values), {elements}).value();
-        entries.push_back({i + 1, dtype, std::move(data).convert(dtype).value()});
+        entries.push_back({ruda::param_id{i + 1}, dtype, std::move(data).convert(dtype).value()});
     }
     ruda::checkpoint c{ruda::gradients_params_record{std::move(entries)}};
     c.put("step", std::uint64_t{1000}).value();

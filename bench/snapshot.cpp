@@ -71,7 +71,7 @@ one_read_at_a_time(const ruda::gradients_params& grads)
         if (!data) {
             co_return data.error();
         }
-        entries.push_back({id.val(), ruda::dtype_of<gpu>(*tensor), std::move(data).value()});
+        entries.push_back({id, ruda::dtype_of<gpu>(*tensor), std::move(data).value()});
     }
     co_return entries;
 }

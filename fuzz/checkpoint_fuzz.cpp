@@ -58,7 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         return 0;
     }
     if ((mode & 4U) != 0 && !reader.value().index().entries.empty()) {
-        options.only_ids = std::vector<std::uint64_t>{reader.value().index().entries.back().id};
+        options.only_ids = std::vector<ruda::param_id>{reader.value().index().entries.back().id};
     }
     const auto loaded = reader.value().load(options);
     if (!loaded) {

@@ -28,15 +28,15 @@ void write(const fs::path& path, const std::vector<std::uint8_t>& bytes)
 ruda::gradients_params_record sample()
 {
     std::vector<ruda::gradient_entry> e;
-    e.push_back({1, ruda::dtype::f32(),
+    e.push_back({ruda::param_id{1}, ruda::dtype::f32(),
                  ruda::tensor_data::from_values(std::vector<float>{1, -2, 3}, {3}).value()});
-    e.push_back({2, ruda::dtype::bf16(),
+    e.push_back({ruda::param_id{2}, ruda::dtype::bf16(),
                  ruda::tensor_data::from_values(std::vector<float>{0.5F, 4}, {2, 1}).value()});
     const auto q8 = ruda::dtype::qfloat({ruda::quant_value::q8s, ruda::quant_param::f32,
                                          ruda::quant_store::native(), ruda::quant_level::tensor(),
                                          ruda::quant_mode::symmetric});
-    e.push_back({3, q8, ruda::tensor_data{std::vector<std::uint8_t>(4 + 4, 7), {2, 2}, q8}});
-    e.push_back({4, ruda::dtype::f64(),
+    e.push_back({ruda::param_id{3}, q8, ruda::tensor_data{std::vector<std::uint8_t>(4 + 4, 7), {2, 2}, q8}});
+    e.push_back({ruda::param_id{4}, ruda::dtype::f64(),
                  ruda::tensor_data::from_values(std::vector<double>{-1.0}, {}).value()});
     return ruda::gradients_params_record{std::move(e)};
 }

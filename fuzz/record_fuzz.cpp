@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::size_t count = in.byte() % 6;
     std::vector<ruda::gradient_entry> entries;
     for (std::size_t k = 0; k < count && !in.empty(); ++k) {
-        const std::uint64_t id = in.byte() % 4;
+        const ruda::param_id id{in.byte() % 4U};
         const ruda::dtype original = read_dtype(in);
         const ruda::dtype stored = in.byte() % 2 == 0 ? original : read_dtype(in);
         ruda::shape dims(in.byte() % 5);
@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         return 0;
     }
     for (const auto& entry : entries) {
-        const auto tensor = restored.value().get<cpu>(ruda::param_id{entry.id});
+        const auto tensor = restored.value().get<cpu>(entry.id);
         fuzz::require(tensor.has_value());
         fuzz::require(ruda::dtype_of<cpu>(*tensor) == entry.dtype);
     }

@@ -126,7 +126,7 @@ report inspect(const std::filesystem::path& file, bool check_payloads, bool veri
         }
         std::uint64_t done = 0;
         for (const auto& e : r.index->entries) {
-            r.entry_ok.push_back(intact(e.payload, "the gradient of parameter " + std::to_string(e.id)));
+            r.entry_ok.push_back(intact(e.payload, "the gradient of parameter " + to_string(e.id)));
             line.show(file, done += e.payload.length, total);
         }
         for (const auto& s : r.index->sections) {

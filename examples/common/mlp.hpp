@@ -294,7 +294,7 @@ inline bool load_gradients(const ruda::gradients_params_record& record, model& m
     for (parameter& p : m.params) {
         bool found = false;
         for (const ruda::gradient_entry& e : record.entries()) {
-            if (e.id != p.id) {
+            if (e.id != ruda::param_id{p.id}) {
                 continue;
             }
             auto values = e.data.values<float>();

@@ -37,21 +37,21 @@ result<void> validate_for_saving(const gradients_params_record& record)
     for (const gradient_entry& entry : record.entries()) {
         if (entry.data.shape().size() > checkpoint::max_rank) {
             return error{errc::malformed_record,
-                         "Gradient for parameter " + std::to_string(entry.id) + " has " +
+                         "Gradient for parameter " + to_string(entry.id) + " has " +
                              std::to_string(entry.data.shape().size()) +
                              " dimensions; a checkpoint holds at most " +
                              std::to_string(checkpoint::max_rank)};
         }
         if (entry.name.size() > checkpoint::max_parameter_name_length) {
             return error{errc::malformed_record,
-                         "Parameter " + std::to_string(entry.id) + " has a name of " +
+                         "Parameter " + to_string(entry.id) + " has a name of " +
                              std::to_string(entry.name.size()) +
                              " bytes; a checkpoint holds at most " +
                              std::to_string(checkpoint::max_parameter_name_length)};
         }
         if (!detail::valid_utf8(entry.name)) {
             return error{errc::malformed_record,
-                         "Parameter " + std::to_string(entry.id) + " has a name that is not UTF-8"};
+                         "Parameter " + to_string(entry.id) + " has a name that is not UTF-8"};
         }
     }
     return unique_parameter_names(record.entries());

@@ -35,7 +35,7 @@ error in_file(const std::filesystem::path& path, const error& cause)
 // How messages name a payload.
 std::string payload_name(const checkpoint_entry_info& entry)
 {
-    return "the gradient of parameter " + std::to_string(entry.id);
+    return "the gradient of parameter " + to_string(entry.id);
 }
 
 std::string payload_name(const checkpoint_section_info& section)
@@ -321,7 +321,7 @@ result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
         if (!entry.name.empty()) {
             frame.flags |= detail::flag_entry_names;
         }
-        BOOST_OUTCOME_TRY(header.entry(entry.id, entry.dtype, entry.data.dtype(),
+        BOOST_OUTCOME_TRY(header.entry(entry.id.val(), entry.dtype, entry.data.dtype(),
                                        entry.data.shape(), locations[k++], entry.name));
     }
     for (const checkpoint_section& section : contents.sections()) {
@@ -516,17 +516,17 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
     // What to read: the selected entries, then every section.
     std::vector<payload_request> requests;
     if (options.only_ids) {
-        std::unordered_map<std::uint64_t, const checkpoint_entry_info*> by_id;
+        std::unordered_map<param_id, const checkpoint_entry_info*> by_id;
         for (const auto& entry : index_.entries) {
             by_id.emplace(entry.id, &entry);
         }
-        std::unordered_set<std::uint64_t> wanted;
-        for (const std::uint64_t id : *options.only_ids) {
+        std::unordered_set<param_id> wanted;
+        for (const param_id id : *options.only_ids) {
             const auto found = by_id.find(id);
             if (found == by_id.end()) {
                 return error{errc::missing_gradient, "Checkpoint " + path().string() +
                                                          " has no gradient for parameter " +
-                                                         std::to_string(id)};
+                                                         to_string(id)};
             }
             if (wanted.insert(id).second) {
                 requests.push_back({&found->second->payload, found->second, nullptr, {}});

@@ -311,7 +311,7 @@ std::vector<std::uint8_t> encode_header(const checkpoint_index& index)
                                return success();
                            }};
     for (const checkpoint_entry_info& e : index.entries) {
-        static_cast<void>(encoder.entry(e.id, e.original, e.stored, e.shape, e.payload, e.name));
+        static_cast<void>(encoder.entry(e.id.val(), e.original, e.stored, e.shape, e.payload, e.name));
     }
     for (const checkpoint_section_info& s : index.sections) {
         static_cast<void>(encoder.section(s.name, s.payload));
@@ -419,12 +419,12 @@ result<checkpoint_index> decode_header(std::span<const std::uint8_t> header, con
     index.sections.reserve(sections);
     for (std::uint64_t k = 0; k < entries; ++k) {
         checkpoint_entry_info e;
-        e.id = r.u64();
+        e.id = param_id{r.u64()};
         const auto original = decode_dtype(r);
         const auto stored = decode_dtype(r);
         if (!original || !stored) {
             return malformed("checkpoint entry " + std::to_string(k) + " (parameter " +
-                             std::to_string(e.id) + ") has an invalid dtype");
+                             to_string(e.id) + ") has an invalid dtype");
         }
         e.original = *original;
         e.stored = *stored;
@@ -432,13 +432,13 @@ result<checkpoint_index> decode_header(std::span<const std::uint8_t> header, con
         const std::uint32_t name_length = r.u32();
         if (rank > checkpoint::max_rank || rank > r.remaining() / 8) {
             return malformed("checkpoint entry " + std::to_string(k) + " (parameter " +
-                             std::to_string(e.id) + ") has an invalid rank " +
+                             to_string(e.id) + ") has an invalid rank " +
                              std::to_string(rank));
         }
         if (name_length != 0 && ((f.flags & flag_entry_names) == 0 ||
                                  name_length > checkpoint::max_parameter_name_length)) {
             return malformed("checkpoint entry " + std::to_string(k) + " (parameter " +
-                             std::to_string(e.id) + ") has a name of invalid length " +
+                             to_string(e.id) + ") has a name of invalid length " +
                              std::to_string(name_length));
         }
         e.shape.resize(rank);
@@ -453,7 +453,7 @@ result<checkpoint_index> decode_header(std::span<const std::uint8_t> header, con
         e.name.assign(name.begin(), name.end());
         if (!valid_utf8(e.name)) {
             return malformed("checkpoint entry " + std::to_string(k) + " (parameter " +
-                             std::to_string(e.id) + ") has a name that is not UTF-8");
+                             to_string(e.id) + ") has a name that is not UTF-8");
         }
         index.entries.push_back(std::move(e));
     }
@@ -491,7 +491,7 @@ result<checkpoint_index> decode_header(std::span<const std::uint8_t> header, con
     };
     const auto name = [&](std::size_t k) {
         return k < index.entries.size()
-                   ? "parameter " + std::to_string(index.entries[k].id)
+                   ? "parameter " + to_string(index.entries[k].id)
                    : "section " + index.sections[k - index.entries.size()].name;
     };
     const std::size_t count = index.entries.size() + index.sections.size();

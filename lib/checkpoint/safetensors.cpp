@@ -35,7 +35,7 @@ constexpr std::string_view id_key = detail::safetensors_id_key;
 // The tensor's name in the file: the parameter's name if it has one, else its id in decimal.
 std::string tensor_name(const gradient_entry& entry)
 {
-    return entry.name.empty() ? std::to_string(entry.id) : entry.name;
+    return entry.name.empty() ? to_string(entry.id) : entry.name;
 }
 
 // Whether an import would not find the entry's id from its tensor name alone: a name whose
@@ -43,7 +43,7 @@ std::string tensor_name(const gradient_entry& entry)
 bool needs_id_key(const gradient_entry& entry)
 {
     return !entry.name.empty() &&
-           (param_id::from_name(entry.name).val() != entry.id || decimal_id(entry.name));
+           (param_id::from_name(entry.name) != entry.id || decimal_id(entry.name));
 }
 
 // The JSON header, padded with spaces so that the data starts 8-byte aligned.
@@ -57,7 +57,7 @@ result<std::string> header_for(const std::vector<gradient_entry>& entries)
         const auto name = safetensors_dtype_name(entry.data.dtype());
         if (!name) {
             return error{errc::invalid_dtype,
-                         "Exporting gradient for parameter " + std::to_string(entry.id) +
+                         "Exporting gradient for parameter " + to_string(entry.id) +
                              ": safetensors export takes float gradients (f64, f32, flex32, f16, "
                              "bf16), not " + to_string(entry.data.dtype())};
         }
@@ -67,7 +67,7 @@ result<std::string> header_for(const std::vector<gradient_entry>& entries)
         }
         if (needs_id_key(entry)) {
             metadata += ',' + detail::json_quote(std::string{id_key} + tensor) + ":\"" +
-                        std::to_string(entry.id) + '"';
+                        to_string(entry.id) + '"';
         }
         tensors += ',' + detail::json_quote(tensor) + ":{\"dtype\":\"" + std::string{*name} +
                    "\",\"shape\":[";
@@ -130,7 +130,7 @@ result<gradients_params_record> import_from(const detail::byte_source& from,
     std::vector<gradient_entry> entries;
     entries.reserve(plans.size());
     for (detail::safetensors_tensor_plan& plan : plans) {
-        entries.push_back({plan.id, plan.original,
+        entries.push_back({param_id{plan.id}, plan.original,
                            tensor_data{data.slice(plan.begin, plan.end - plan.begin),
                                        std::move(plan.dims), plan.stored},
                            std::move(plan.parameter_name)});

@@ -26,10 +26,10 @@ std::optional<std::size_t> checked_mul(std::size_t a, std::size_t b)
 
 std::size_t div_ceil(std::size_t a, std::size_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
-error invalid_quantization(std::uint64_t id, const std::string& reason)
+error invalid_quantization(param_id id, const std::string& reason)
 {
     return {errc::invalid_quantization,
-            "Invalid quantized gradient for parameter " + std::to_string(id) + ": " + reason};
+            "Invalid quantized gradient for parameter " + to_string(id) + ": " + reason};
 }
 
 bool compatible(const dtype& original, const dtype& stored)
@@ -42,7 +42,7 @@ bool compatible(const dtype& original, const dtype& stored)
 }
 
 // How many storage values the packed or native layout needs, and their size.
-result<std::size_t> values_bytes(std::uint64_t id, const tensor_data& data,
+result<std::size_t> values_bytes(param_id id, const tensor_data& data,
                                  const quant_scheme& scheme, std::size_t num_elements)
 {
     if (scheme.store.get_kind() == quant_store::kind::native) {
@@ -79,10 +79,10 @@ result<std::size_t> values_bytes(std::uint64_t id, const tensor_data& data,
     return *bytes;
 }
 
-result<void> validate_quantized(std::uint64_t id, const tensor_data& data,
+result<void> validate_quantized(param_id id, const tensor_data& data,
                                 const quant_scheme& scheme, std::size_t num_elements)
 {
-    const std::string name = std::to_string(id);
+    const std::string name = to_string(id);
     const bool blocked = scheme.level.get_kind() == quant_level::kind::block;
     if (blocked && !scheme.level.blocks().valid()) {
         return invalid_quantization(id, "quantization block size has more than " +
@@ -127,10 +127,10 @@ result<void> validate_quantized(std::uint64_t id, const tensor_data& data,
     return success();
 }
 
-result<void> validate_float(std::uint64_t id, const gradient_entry& entry,
+result<void> validate_float(param_id id, const gradient_entry& entry,
                             std::size_t num_elements)
 {
-    const auto name = [id] { return std::to_string(id); };
+    const auto name = [id] { return to_string(id); };
     const auto stored = checked_mul(num_elements, entry.data.dtype().size());
     if (!stored) {
         return error{errc::shape_overflow,
@@ -166,17 +166,17 @@ result<void> validate_gradients_record(const gradients_params_record& record)
                                               [](const gradient_entry& a, const gradient_entry& b) {
                                                   return a.id >= b.id;
                                               }) == entries.end();
-    std::unordered_set<std::uint64_t> seen;
+    std::unordered_set<param_id> seen;
     if (!ascending) {
         seen.reserve(entries.size());
     }
     for (const gradient_entry& entry : entries) {
-        const std::uint64_t id = entry.id;
+        const param_id id = entry.id;
         if (!ascending && !seen.insert(id).second) {
             return error{errc::duplicate_param_id,
-                         "Duplicate gradient parameter ID " + std::to_string(id)};
+                         "Duplicate gradient parameter ID " + to_string(id)};
         }
-        const auto name = [id] { return std::to_string(id); };
+        const auto name = [id] { return to_string(id); };
         if (!compatible(entry.dtype, entry.data.dtype())) {
             return error{errc::invalid_dtype, "Invalid gradient dtype for parameter " + name() +
                                                   ": " + to_string(entry.dtype) + ", stored " +

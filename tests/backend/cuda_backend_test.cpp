@@ -187,7 +187,7 @@ void round_trip_every_dtype(const ruda::cuda_device& device, raw_gpu& raw)
     BOOST_REQUIRE_MESSAGE(record.has_value(), (record.has_value() ? "" : record.error().message()));
     BOOST_REQUIRE_EQUAL(record.value().entries().size(), expected.size());
     for (const auto& entry : record.value().entries()) {
-        BOOST_TEST(bytes_of(entry) == expected.at(entry.id), "parameter " << entry.id);
+        BOOST_TEST(bytes_of(entry) == expected.at(entry.id.val()), "parameter " << entry.id);
     }
 
     const auto path = std::filesystem::temp_directory_path() /

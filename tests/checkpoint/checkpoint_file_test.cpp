@@ -169,7 +169,7 @@ BOOST_AUTO_TEST_CASE(partial_load_reads_only_the_selected_gradients)
     const temp_dir dir;
     const auto path = saved_sample(dir);
     const auto all = ruda::test::valid_sample().entries();
-    const auto some = ruda::load_checkpoint_file(path, {.only_ids = std::vector<std::uint64_t>{3, 11, 3}});
+    const auto some = ruda::load_checkpoint_file(path, {.only_ids = std::vector<ruda::param_id>{ruda::param_id{3}, ruda::param_id{11}, ruda::param_id{3}}});
     BOOST_REQUIRE(some);
     const auto& entries = some.value().gradients().entries();
     BOOST_REQUIRE_EQUAL(entries.size(), 2U);
@@ -181,10 +181,10 @@ BOOST_AUTO_TEST_CASE(partial_load_reads_only_the_selected_gradients)
     const auto reader = ruda::checkpoint_reader::open(path).value();
     const auto other = reader.index().entries[0].payload.offset;
     edit_file(path, [other](auto& b) { b[other] ^= 0x01; });
-    BOOST_CHECK(ruda::load_checkpoint_file(path, {.only_ids = std::vector<std::uint64_t>{3}}));
+    BOOST_CHECK(ruda::load_checkpoint_file(path, {.only_ids = std::vector<ruda::param_id>{ruda::param_id{3}}}));
 
     expect_error(path, errc::missing_gradient, "has no gradient for parameter 99",
-                 {.only_ids = std::vector<std::uint64_t>{3, 99}});
+                 {.only_ids = std::vector<ruda::param_id>{ruda::param_id{3}, ruda::param_id{99}}});
 }
 
 BOOST_AUTO_TEST_CASE(a_newer_format_version_asks_for_an_upgrade)
@@ -290,7 +290,7 @@ BOOST_AUTO_TEST_CASE(padding_between_payloads_must_be_zero)
     edit_file(path, [&](auto& b) { b[first.offset + first.length + 3] = 0x5a; });
     expect_error(path, errc::malformed_record, "nonzero padding between offsets");
     // A partial load reads only what it needs.
-    BOOST_CHECK(ruda::load_checkpoint_file(path, {.only_ids = std::vector<std::uint64_t>{2}}));
+    BOOST_CHECK(ruda::load_checkpoint_file(path, {.only_ids = std::vector<ruda::param_id>{ruda::param_id{2}}}));
 }
 
 BOOST_AUTO_TEST_CASE(a_checkpoint_in_memory_loads_like_the_file)
@@ -405,24 +405,24 @@ BOOST_AUTO_TEST_CASE(a_save_refuses_what_a_load_would_reject_before_writing_a_by
     };
     const std::vector<refused> cases{
         {"duplicate ids",
-         ruda::gradients_params_record{{{1, f32, ruda::test::patterned(4, {1}, f32)},
-                                        {1, f32, ruda::test::patterned(4, {1}, f32)}}},
+         ruda::gradients_params_record{{{ruda::param_id{1}, f32, ruda::test::patterned(4, {1}, f32)},
+                                        {ruda::param_id{1}, f32, ruda::test::patterned(4, {1}, f32)}}},
          errc::duplicate_param_id, "Duplicate gradient parameter ID 1"},
         {"bytes that do not match the shape",
-         ruda::gradients_params_record{{{2, f32, ruda::test::patterned(12, {2, 2}, f32)}}},
+         ruda::gradients_params_record{{{ruda::param_id{2}, f32, ruda::test::patterned(12, {2, 2}, f32)}}},
          errc::byte_count_mismatch, "parameter 2: expected 16, got 12"},
         {"a dtype the stored one cannot restore",
-         ruda::gradients_params_record{{{3, f32, ruda::test::patterned(4, {1}, ruda::dtype::i32())}}},
+         ruda::gradients_params_record{{{ruda::param_id{3}, f32, ruda::test::patterned(4, {1}, ruda::dtype::i32())}}},
          errc::invalid_dtype, "Invalid gradient dtype for parameter 3"},
         {"a quantized layout past the rank",
-         ruda::gradients_params_record{{{4, q4, ruda::test::patterned(8, {2, 2}, q4)}}},
+         ruda::gradients_params_record{{{ruda::param_id{4}, q4, ruda::test::patterned(8, {2, 2}, q4)}}},
          errc::invalid_quantization, "parameter 4: packing dimension exceeds tensor rank"},
         {"a shape that overflows",
-         ruda::gradients_params_record{{{5, f32, ruda::tensor_data{{}, {huge, huge}, f32}}}},
+         ruda::gradients_params_record{{{ruda::param_id{5}, f32, ruda::tensor_data{{}, {huge, huge}, f32}}}},
          errc::shape_overflow, "Gradient shape overflows for parameter 5"},
         {"65 dimensions",
          ruda::gradients_params_record{
-             {{6, f32, ruda::test::patterned(4, ruda::shape(65, 1), f32)}}},
+             {{ruda::param_id{6}, f32, ruda::test::patterned(4, ruda::shape(65, 1), f32)}}},
          errc::malformed_record, "parameter 6 has 65 dimensions; a checkpoint holds at most 64"},
     };
     for (const refused& c : cases) {
@@ -459,7 +459,7 @@ BOOST_AUTO_TEST_CASE(a_save_refuses_what_a_load_would_reject_before_writing_a_by
     // 64 dimensions are the most a load takes, and they save.
     BOOST_CHECK(ruda::save_checkpoint_file(
         path, ruda::checkpoint{ruda::gradients_params_record{
-                  {{6, f32, ruda::test::patterned(4, ruda::shape(64, 1), f32)}}}}));
+                  {{ruda::param_id{6}, f32, ruda::test::patterned(4, ruda::shape(64, 1), f32)}}}}));
     BOOST_CHECK(ruda::load_checkpoint_file(path));
 }
 
@@ -529,10 +529,10 @@ BOOST_AUTO_TEST_CASE(large_payloads_stream_past_the_buffer)
     std::vector<ruda::gradient_entry> entries;
     for (std::uint64_t id = 0; id < 3; ++id) {
         const std::size_t n = (std::size_t{3} << 20U) / 4 + id; // over the 1 MiB buffer
-        entries.push_back({id, ruda::dtype::f32(), ruda::test::patterned(n * 4, {n}, ruda::dtype::f32())});
+        entries.push_back({ruda::param_id{id}, ruda::dtype::f32(), ruda::test::patterned(n * 4, {n}, ruda::dtype::f32())});
     }
     for (std::uint64_t id = 3; id < 2000; ++id) { // and many that share it
-        entries.push_back({id, ruda::dtype::f16(), ruda::test::patterned(2 * 3, {3}, ruda::dtype::f16())});
+        entries.push_back({ruda::param_id{id}, ruda::dtype::f16(), ruda::test::patterned(2 * 3, {3}, ruda::dtype::f16())});
     }
     const ruda::checkpoint original{ruda::gradients_params_record{std::move(entries)}};
     BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "big.ruda", original));
@@ -560,7 +560,7 @@ BOOST_AUTO_TEST_CASE(parameter_names_are_kept_and_files_without_them_are_unchang
     BOOST_TEST((loaded.value() == named));
     BOOST_TEST(ruda::checkpoint_reader::open(path).value().index().entries[1].name ==
                entries[1].name);
-    const auto some = ruda::load_checkpoint_file(path, {.only_ids = std::vector<std::uint64_t>{1, 4}});
+    const auto some = ruda::load_checkpoint_file(path, {.only_ids = std::vector<ruda::param_id>{ruda::param_id{1}, ruda::param_id{4}}});
     BOOST_REQUIRE(some);
     BOOST_TEST(some.value().gradients().entries()[0].name == "fc1.weight");
     BOOST_TEST(some.value().gradients().entries()[1].name.empty());

@@ -35,7 +35,7 @@ ruda::checkpoint contents_of(std::uint64_t step)
     std::vector<ruda::gradient_entry> entries;
     for (std::uint64_t id = 1; id <= 3; ++id) {
         std::vector<float> values(16, static_cast<float>(step * 10 + id));
-        entries.push_back({id, ruda::dtype::f32(),
+        entries.push_back({ruda::param_id{id}, ruda::dtype::f32(),
                            ruda::tensor_data::from_values(std::move(values), {4, 4}).value()});
     }
     ruda::checkpoint c{ruda::gradients_params_record{std::move(entries)}};
@@ -212,7 +212,7 @@ BOOST_AUTO_TEST_CASE(latest_never_names_a_checkpoint_that_cannot_load)
     BOOST_REQUIRE(manager.save(1, contents_of(1)));
     const auto f32 = ruda::dtype::f32();
     ruda::checkpoint twice{ruda::gradients_params_record{
-        {{7, f32, ruda::test::patterned(4, {1}, f32)}, {7, f32, ruda::test::patterned(4, {1}, f32)}}}};
+        {{ruda::param_id{7}, f32, ruda::test::patterned(4, {1}, f32)}, {ruda::param_id{7}, f32, ruda::test::patterned(4, {1}, f32)}}}};
     const auto refused = manager.save(2, twice);
     BOOST_TEST(refused.error() == errc::duplicate_param_id);
     BOOST_TEST((manager.latest_step().value() == std::optional<std::uint64_t>{1}));

@@ -94,22 +94,22 @@ inline gradients_params_record valid_sample()
     std::vector<gradient_entry> e;
     std::uint64_t id = 1;
     for (const dtype type : {dtype::f64(), dtype::f32(), dtype::flex32(), dtype::f16(), dtype::bf16()}) {
-        e.push_back({id++, type, patterned(6 * type.size(), {2, 3}, type)});
+        e.push_back({ruda::param_id{id++}, type, patterned(6 * type.size(), {2, 3}, type)});
     }
-    e.push_back({id++, dtype::f32(), tensor_data{{}, {0}, dtype::f32()}});
-    e.push_back({id++, dtype::f16(), tensor_data{{}, {3, 0, 2}, dtype::f16()}});
-    e.push_back({id++, dtype::f64(), patterned(8, {}, dtype::f64())});
-    e.push_back({id++, dtype::bf16(), patterned(3 * 4, {3, 2}, dtype::f16())}); // stored narrower
+    e.push_back({ruda::param_id{id++}, dtype::f32(), tensor_data{{}, {0}, dtype::f32()}});
+    e.push_back({ruda::param_id{id++}, dtype::f16(), tensor_data{{}, {3, 0, 2}, dtype::f16()}});
+    e.push_back({ruda::param_id{id++}, dtype::f64(), patterned(8, {}, dtype::f64())});
+    e.push_back({ruda::param_id{id++}, dtype::bf16(), patterned(3 * 4, {3, 2}, dtype::f16())}); // stored narrower
     const auto q8 = quantized(quant_value::q8s, quant_param::f32, quant_store::native());
-    e.push_back({id++, q8, patterned(32 + 4, {4, 8}, q8)});
+    e.push_back({ruda::param_id{id++}, q8, patterned(32 + 4, {4, 8}, q8)});
     const auto q4 = quantized(quant_value::q4f, quant_param::f32, quant_store::packed_u32(0));
-    e.push_back({id++, q4, patterned(3 * 4 + 4, {3, 3}, q4)}); // 3 words: div_ceil per row
+    e.push_back({ruda::param_id{id++}, q4, patterned(3 * 4 + 4, {3, 3}, q4)}); // 3 words: div_ceil per row
     const auto fp4 = quantized(quant_value::e2m1, quant_param::ue8m0, quant_store::packed_native(0));
-    e.push_back({id++, fp4, patterned(16 + 1, {4, 8}, fp4)});
+    e.push_back({ruda::param_id{id++}, fp4, patterned(16 + 1, {4, 8}, fp4)});
     const auto blocked = quantized(quant_value::q8f, quant_param::f16, quant_store::native(),
                                    quant_level::block(block_size{2, 4}));
-    e.push_back({id++, blocked, patterned(32 + 4 * 2, {4, 8}, blocked)});
-    e.push_back({~std::uint64_t{0}, dtype::f32(), patterned(4, {1}, dtype::f32())});
+    e.push_back({ruda::param_id{id++}, blocked, patterned(32 + 4 * 2, {4, 8}, blocked)});
+    e.push_back({ruda::param_id{~std::uint64_t{0}}, dtype::f32(), patterned(4, {1}, dtype::f32())});
     return gradients_params_record{std::move(e)};
 }
 

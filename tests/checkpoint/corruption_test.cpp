@@ -18,18 +18,18 @@ std::vector<std::uint8_t> small_checkpoint_bytes()
 {
     const ruda::test::temp_dir dir;
     std::vector<ruda::gradient_entry> entries;
-    entries.push_back({11, ruda::dtype::f32(),
+    entries.push_back({ruda::param_id{11}, ruda::dtype::f32(),
                        ruda::tensor_data::from_values(std::vector<float>{1.5F, -2.0F, 0.25F}, {3})
                            .value()});
-    entries.push_back({12, ruda::dtype::bf16(),
+    entries.push_back({ruda::param_id{12}, ruda::dtype::bf16(),
                        ruda::tensor_data::from_values(std::vector<float>{3.0F, 4.0F}, {2})
                            .value()
                            .convert(ruda::dtype::bf16())
                            .value()});
     const auto q8 = ruda::test::quantized(ruda::quant_value::q8s, ruda::quant_param::f32,
                                           ruda::quant_store::native());
-    entries.push_back({13, q8, ruda::test::patterned(4 + 4, {2, 2}, q8)});
-    entries.push_back({14, ruda::dtype::f64(),
+    entries.push_back({ruda::param_id{13}, q8, ruda::test::patterned(4 + 4, {2, 2}, q8)});
+    entries.push_back({ruda::param_id{14}, ruda::dtype::f64(),
                        ruda::tensor_data::from_values(std::vector<double>{-7.0}, {}).value()});
     ruda::checkpoint c{ruda::gradients_params_record{std::move(entries)}};
     c.put("step", std::uint64_t{77}).value();

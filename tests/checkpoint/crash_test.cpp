@@ -33,7 +33,7 @@ ruda::checkpoint contents_of(std::uint64_t step)
             values[k] = static_cast<float>(step * 1000 + id) + static_cast<float>(k) * 1e-6F;
         }
         const std::size_t n = values.size();
-        entries.push_back({id, ruda::dtype::f32(),
+        entries.push_back({ruda::param_id{id}, ruda::dtype::f32(),
                            ruda::tensor_data::from_values(std::move(values), {n}).value()});
     }
     ruda::checkpoint c{ruda::gradients_params_record{std::move(entries)}};

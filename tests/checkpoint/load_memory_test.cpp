@@ -107,7 +107,7 @@ ruda::gradients_params_record tiny_entries(const ruda::shape& dims)
     const auto f32 = ruda::dtype::f32();
     const std::size_t bytes = dims.empty() || dims[0] != 0 ? 4 : 0;
     for (std::size_t id = 0; id < items; ++id) {
-        entries.push_back({id, f32, ruda::tensor_data{std::vector<std::uint8_t>(bytes, 1), dims, f32}});
+        entries.push_back({ruda::param_id{id}, f32, ruda::tensor_data{std::vector<std::uint8_t>(bytes, 1), dims, f32}});
     }
     return ruda::gradients_params_record{std::move(entries)};
 }

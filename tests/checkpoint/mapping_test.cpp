@@ -29,9 +29,9 @@ using ruda::storage_origin;
 ruda::checkpoint sample_checkpoint()
 {
     std::vector<ruda::gradient_entry> entries;
-    entries.push_back({3, ruda::dtype::f32(), ruda::test::patterned(64, {16}, ruda::dtype::f32())});
-    entries.push_back({5, ruda::dtype::f32(), ruda::test::patterned(40, {10}, ruda::dtype::f32())});
-    entries.push_back({9, ruda::dtype::f32(),
+    entries.push_back({ruda::param_id{3}, ruda::dtype::f32(), ruda::test::patterned(64, {16}, ruda::dtype::f32())});
+    entries.push_back({ruda::param_id{5}, ruda::dtype::f32(), ruda::test::patterned(40, {10}, ruda::dtype::f32())});
+    entries.push_back({ruda::param_id{9}, ruda::dtype::f32(),
                        ruda::test::patterned(std::size_t{1} << 20U, {1U << 18U}, ruda::dtype::f32())});
     ruda::checkpoint c{ruda::gradients_params_record{std::move(entries)}};
     c.put("step", std::uint64_t{42}).value();
@@ -166,7 +166,7 @@ BOOST_AUTO_TEST_CASE(a_mapped_file_gets_every_check_a_read_one_gets)
     // A partial load of a mapped file.
     const sealed_memfd file{bytes};
     const auto only = ruda::load_checkpoint_file(
-        file.path(), {.only_ids = std::vector<std::uint64_t>{9}});
+        file.path(), {.only_ids = std::vector<ruda::param_id>{ruda::param_id{9}}});
     BOOST_REQUIRE(only);
     BOOST_TEST(only.value().gradients().entries().size() == 1U);
     BOOST_TEST((only.value().gradients().entries()[0].data.bytes().origin() == storage_origin::mapped));
@@ -221,7 +221,7 @@ BOOST_AUTO_TEST_CASE(small_payloads_share_one_buffer_per_run)
     std::vector<ruda::gradient_entry> entries;
     entries.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
-        entries.push_back({i + 1, ruda::dtype::f32(), ruda::test::patterned(64, {16}, ruda::dtype::f32())});
+        entries.push_back({ruda::param_id{i + 1}, ruda::dtype::f32(), ruda::test::patterned(64, {16}, ruda::dtype::f32())});
     }
     const ruda::checkpoint original{ruda::gradients_params_record{std::move(entries)}};
     BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "small.ruda", original));

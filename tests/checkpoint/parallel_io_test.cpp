@@ -30,7 +30,7 @@ ruda::checkpoint mixed_checkpoint()
     std::vector<ruda::gradient_entry> entries;
     std::uint64_t id = 1;
     const auto add = [&](std::size_t halves) {
-        entries.push_back({id++, ruda::dtype::f16(),
+        entries.push_back({ruda::param_id{id++}, ruda::dtype::f16(),
                            ruda::test::patterned(2 * halves, {halves}, ruda::dtype::f16())});
     };
     add((5U << 20U) + 1);
@@ -103,7 +103,7 @@ ruda::payload_location payload_of(const std::filesystem::path& path, std::uint64
 {
     const auto reader = ruda::checkpoint_reader::open(path).value();
     for (const auto& entry : reader.index().entries) {
-        if (entry.id == id) {
+        if (entry.id == ruda::param_id{id}) {
             return entry.payload;
         }
     }

@@ -305,7 +305,7 @@ ruda::checkpoint contents_of(std::uint64_t step)
         for (std::size_t k = 0; k < values.size(); ++k) {
             values[k] = static_cast<float>(step * 1000 + id) + static_cast<float>(k) * 1e-3F;
         }
-        entries.push_back({id, ruda::dtype::f32(),
+        entries.push_back({ruda::param_id{id}, ruda::dtype::f32(),
                            ruda::tensor_data::from_values(std::move(values), {1200}).value()});
     }
     ruda::checkpoint c{ruda::gradients_params_record{std::move(entries)}};

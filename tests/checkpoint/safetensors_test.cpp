@@ -67,8 +67,8 @@ BOOST_AUTO_TEST_CASE(export_writes_the_documented_layout)
 {
     const temp_dir dir;
     const std::vector<ruda::gradient_entry> entries{
-        {9, ruda::dtype::f32(), ruda::tensor_data::from_values(std::vector<float>{1, 2, 3}, {3}).value()},
-        {4, ruda::dtype::bf16(), ruda::test::patterned(4, {2}, ruda::dtype::bf16())}};
+        {ruda::param_id{9}, ruda::dtype::f32(), ruda::tensor_data::from_values(std::vector<float>{1, 2, 3}, {3}).value()},
+        {ruda::param_id{4}, ruda::dtype::bf16(), ruda::test::patterned(4, {2}, ruda::dtype::bf16())}};
     const auto path = dir / "g.safetensors";
     const auto size = ruda::export_safetensors(ruda::gradients_params_record{entries}, path);
     BOOST_REQUIRE(size.has_value());
@@ -127,7 +127,7 @@ BOOST_AUTO_TEST_CASE(export_refuses_what_safetensors_cannot_hold_and_writes_noth
     BOOST_TEST(mentions(quantized.error(), "qfloat"));
     const auto ints = ruda::dtype::i32();
     const auto integers = ruda::export_safetensors(
-        ruda::gradients_params_record{{{1, ints, ruda::test::patterned(4, {1}, ints)}}}, path);
+        ruda::gradients_params_record{{{ruda::param_id{1}, ints, ruda::test::patterned(4, {1}, ints)}}}, path);
     BOOST_TEST(integers.error() == errc::invalid_dtype);
     BOOST_TEST(mentions(integers.error(), "not i32"));
     BOOST_TEST(!std::filesystem::exists(path));
@@ -139,15 +139,15 @@ BOOST_AUTO_TEST_CASE(export_refuses_what_safetensors_cannot_hold_and_writes_noth
     // bytes that do not match the shape, 65 dimensions.
     const auto f32 = ruda::dtype::f32();
     const auto twice = ruda::export_safetensors(
-        ruda::gradients_params_record{{{5, f32, ruda::test::patterned(4, {1}, f32)},
-                                       {5, f32, ruda::test::patterned(4, {1}, f32)}}},
+        ruda::gradients_params_record{{{ruda::param_id{5}, f32, ruda::test::patterned(4, {1}, f32)},
+                                       {ruda::param_id{5}, f32, ruda::test::patterned(4, {1}, f32)}}},
         path);
     BOOST_TEST(twice.error() == errc::duplicate_param_id);
     const auto short_bytes = ruda::export_safetensors(
-        ruda::gradients_params_record{{{5, f32, ruda::test::patterned(6, {2}, f32)}}}, path);
+        ruda::gradients_params_record{{{ruda::param_id{5}, f32, ruda::test::patterned(6, {2}, f32)}}}, path);
     BOOST_TEST(short_bytes.error() == errc::byte_count_mismatch);
     const auto deep = ruda::export_safetensors(
-        ruda::gradients_params_record{{{5, f32, ruda::test::patterned(4, ruda::shape(65, 1), f32)}}},
+        ruda::gradients_params_record{{{ruda::param_id{5}, f32, ruda::test::patterned(4, ruda::shape(65, 1), f32)}}},
         path);
     BOOST_TEST(deep.error() == errc::malformed_record);
     BOOST_TEST(mentions(deep.error(), "65 dimensions"));
@@ -166,19 +166,19 @@ BOOST_AUTO_TEST_CASE(import_names_other_than_ids_get_the_id_of_the_name)
     BOOST_REQUIRE_MESSAGE(record.has_value(), (record ? "" : record.error().message()));
     std::set<std::uint64_t> ids;
     for (const auto& entry : record.value().entries()) {
-        ids.insert(entry.id);
+        ids.insert(entry.id.val());
     }
     BOOST_TEST(ids == (std::set<std::uint64_t>{17, ruda::param_id::from_name("fc1.weight").val()}));
     // "017" and "-1" are names, not ids.
     const auto padded = import(R"({"017":{"dtype":"BF16","shape":[0],"data_offsets":[0,0]}})");
     BOOST_REQUIRE(padded.has_value());
-    BOOST_TEST(padded.value().entries()[0].id == ruda::param_id::from_name("017").val());
+    BOOST_TEST(padded.value().entries()[0].id == ruda::param_id::from_name("017"));
     // Escapes decode to UTF-8 before the id is taken; whitespace may go anywhere.
     const auto escaped = import(" {\n \"caf\\u00e9.\\ud83d\\ude00\\\"w\" : { \"dtype\" : \"F32\", "
                                 "\"shape\" : [ ] , \"data_offsets\" : [ 0 , 4 ] } }\t", 4);
     BOOST_REQUIRE(escaped.has_value());
     BOOST_TEST(escaped.value().entries()[0].id ==
-               ruda::param_id::from_name("caf\xc3\xa9.\xf0\x9f\x98\x80\"w").val());
+               ruda::param_id::from_name("caf\xc3\xa9.\xf0\x9f\x98\x80\"w"));
     for (const std::string bad_name : {"\\ud83d", "\\ude00", "\\u12", "\\x", "tab\there"}) {
         const auto refused = import("{\"" + bad_name + R"(":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})", 4);
         BOOST_TEST(refused.error() == errc::malformed_record, bad_name);
@@ -296,7 +296,7 @@ BOOST_AUTO_TEST_CASE(named_gradients_export_under_their_names_and_import_back_eq
 {
     const temp_dir dir;
     auto entries = exportable_sample().into_entries();
-    entries[0].id = ruda::param_id::from_name("fc1.weight").val(); // as from_module keys it
+    entries[0].id = ruda::param_id::from_name("fc1.weight"); // as from_module keys it
     entries[0].name = "fc1.weight";
     entries[1].name = "custom";         // an id of the user's own: kept in the metadata
     entries[2].name = "42";             // a name that reads as an id: so is this one's
@@ -342,7 +342,7 @@ BOOST_AUTO_TEST_CASE(import_refuses_id_metadata_that_names_no_tensor_or_no_id)
     };
     const auto kept = with(R"("ruda.id.w":"77")");
     BOOST_REQUIRE(kept.has_value());
-    BOOST_TEST(kept.value().entries()[0].id == 77U);
+    BOOST_TEST(kept.value().entries()[0].id.val() == 77U);
     BOOST_TEST(kept.value().entries()[0].name == "w");
     for (const std::string bad : {R"("ruda.id.v":"77")", R"("ruda.id.w":"x")", R"("ruda.id.w":"-1")"}) {
         const auto refused = with(bad);

@@ -16,7 +16,7 @@ int main()
                     bad.error() == ruda::errc::invalid_dtype;
     // The checkpoint layer links too: a file written, read back and compared.
     const ruda::checkpoint contents{
-        ruda::gradients_params_record{{{7, ruda::dtype::f32(), t.value()}}}};
+        ruda::gradients_params_record{{{ruda::param_id{7}, ruda::dtype::f32(), t.value()}}}};
     const auto path = std::filesystem::temp_directory_path() / "ruda-consumer-check.ruda";
     const bool saved = ruda::save_checkpoint_file(path, contents).has_value();
     const auto loaded = ruda::load_checkpoint_file(path);

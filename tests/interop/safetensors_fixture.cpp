@@ -66,15 +66,15 @@ int main(int argc, char** argv)
     }
     auto flex = f32(15, {3, 8});
     std::vector<ruda::gradient_entry> entries{
-        {11, ruda::dtype::f64(), f64(11, {4, 6}), "fc1.weight"},
-        {12, ruda::dtype::f32(), f32(12, {24})},
-        {13, ruda::dtype::f16(), f16(13, {2, 3, 4})},
-        {14, ruda::dtype::bf16(), bf16(14, {24})},
-        {15, ruda::dtype::flex32(),
+        {ruda::param_id{11}, ruda::dtype::f64(), f64(11, {4, 6}), "fc1.weight"},
+        {ruda::param_id{12}, ruda::dtype::f32(), f32(12, {24})},
+        {ruda::param_id{13}, ruda::dtype::f16(), f16(13, {2, 3, 4})},
+        {ruda::param_id{14}, ruda::dtype::bf16(), bf16(14, {24})},
+        {ruda::param_id{15}, ruda::dtype::flex32(),
          ruda::tensor_data{flex.bytes(), flex.shape(), ruda::dtype::flex32()}, "fc2.weight"},
-        {16, ruda::dtype::f32(), f16(16, {24}), "fc2.bias"}, // an f32 gradient stored as f16
-        {17, ruda::dtype::f32(), f32(17, {0})},
-        {18, ruda::dtype::f32(), f32(18, {})},
+        {ruda::param_id{16}, ruda::dtype::f32(), f16(16, {24}), "fc2.bias"}, // an f32 gradient stored as f16
+        {ruda::param_id{17}, ruda::dtype::f32(), f32(17, {0})},
+        {ruda::param_id{18}, ruda::dtype::f32(), f32(18, {})},
     };
     const auto saved = ruda::save_checkpoint_file(
         argv[1], ruda::checkpoint{ruda::gradients_params_record{std::move(entries)}});

@@ -71,12 +71,12 @@ ruda::dtype quantized(ruda::quant_value value, ruda::quant_param param, ruda::qu
 
 ruda::gradient_entry f32_entry(std::uint64_t id, std::size_t n)
 {
-    return {id, ruda::dtype::f32(), raw(n * 4, {n}, ruda::dtype::f32())};
+    return {ruda::param_id{id}, ruda::dtype::f32(), raw(n * 4, {n}, ruda::dtype::f32())};
 }
 
 ruda::gradient_entry q_entry(std::uint64_t id, ruda::dtype type, std::size_t bytes, ruda::shape dims)
 {
-    return {id, type, raw(bytes, std::move(dims), type)};
+    return {ruda::param_id{id}, type, raw(bytes, std::move(dims), type)};
 }
 
 struct rejection {
@@ -101,25 +101,25 @@ std::vector<rejection> rejections()
     all.push_back({"duplicate after others", {f32_entry(1, 1), f32_entry(2, 1), f32_entry(1, 2)},
                    errc::duplicate_param_id, "Duplicate gradient parameter ID 1"});
     all.push_back({"float stored as int",
-                   {{3, f32, raw(4, {1}, ruda::dtype::i32())}},
+                   {{ruda::param_id{3}, f32, raw(4, {1}, ruda::dtype::i32())}},
                    errc::invalid_dtype, "Invalid gradient dtype for parameter 3: f32, stored i32"});
-    all.push_back({"int original", {{3, ruda::dtype::i32(), raw(4, {1}, f32)}}, errc::invalid_dtype,
+    all.push_back({"int original", {{ruda::param_id{3}, ruda::dtype::i32(), raw(4, {1}, f32)}}, errc::invalid_dtype,
                    "Invalid gradient dtype for parameter 3: i32"});
     all.push_back({"bool original and stored",
-                   {{3, ruda::dtype::boolean(ruda::bool_store::native),
+                   {{ruda::param_id{3}, ruda::dtype::boolean(ruda::bool_store::native),
                      raw(1, {1}, ruda::dtype::boolean(ruda::bool_store::native))}},
                    errc::invalid_dtype, "Invalid gradient dtype for parameter 3"});
-    all.push_back({"f64 stored as u8", {{3, ruda::dtype::f64(), raw(1, {1}, ruda::dtype::u8())}},
+    all.push_back({"f64 stored as u8", {{ruda::param_id{3}, ruda::dtype::f64(), raw(1, {1}, ruda::dtype::u8())}},
                    errc::invalid_dtype, "Invalid gradient dtype for parameter 3"});
-    all.push_back({"quantized original, float stored", {{4, q8_u32, raw(4, {1}, f32)}},
+    all.push_back({"quantized original, float stored", {{ruda::param_id{4}, q8_u32, raw(4, {1}, f32)}},
                    errc::invalid_dtype, "Invalid gradient dtype for parameter 4"});
-    all.push_back({"float original, quantized stored", {{4, f32, raw(8, {4}, q8_u32)}},
+    all.push_back({"float original, quantized stored", {{ruda::param_id{4}, f32, raw(8, {4}, q8_u32)}},
                    errc::invalid_dtype, "Invalid gradient dtype for parameter 4"});
-    all.push_back({"different schemes", {{4, q8_native, raw(8, {4}, q8_u32)}}, errc::invalid_dtype,
+    all.push_back({"different schemes", {{ruda::param_id{4}, q8_native, raw(8, {4}, q8_u32)}}, errc::invalid_dtype,
                    "Invalid gradient dtype for parameter 4"});
-    all.push_back({"shape overflows", {{5, f32, raw(0, {huge, huge}, f32)}}, errc::shape_overflow,
+    all.push_back({"shape overflows", {{ruda::param_id{5}, f32, raw(0, {huge, huge}, f32)}}, errc::shape_overflow,
                    "Gradient shape overflows for parameter 5"});
-    all.push_back({"shape overflows before a zero", {{5, f32, raw(0, {huge, huge, 0}, f32)}},
+    all.push_back({"shape overflows before a zero", {{ruda::param_id{5}, f32, raw(0, {huge, huge, 0}, f32)}},
                    errc::shape_overflow, "Gradient shape overflows for parameter 5"});
     all.push_back({"quantized shape overflows", {q_entry(5, q8_u32, 0, {huge, 8})},
                    errc::shape_overflow, "Gradient shape overflows for parameter 5"});
@@ -182,14 +182,14 @@ std::vector<rejection> rejections()
                             2, {6})},
                    errc::byte_count_mismatch,
                    "Invalid quantized gradient byte count for parameter 8: expected at least 4, got 2"});
-    all.push_back({"float byte count", {{9, f32, raw(11, {3}, f32)}}, errc::byte_count_mismatch,
+    all.push_back({"float byte count", {{ruda::param_id{9}, f32, raw(11, {3}, f32)}}, errc::byte_count_mismatch,
                    "Invalid gradient byte count for parameter 9: expected 12, got 11"});
     all.push_back({"half stored, wrong count",
-                   {{9, f32, raw(4, {3}, ruda::dtype::f16())}}, errc::byte_count_mismatch,
+                   {{ruda::param_id{9}, f32, raw(4, {3}, ruda::dtype::f16())}}, errc::byte_count_mismatch,
                    "Invalid gradient byte count for parameter 9: expected 6, got 4"});
-    all.push_back({"float byte count overflows", {{9, f32, raw(0, {huge}, f32)}}, errc::shape_overflow,
+    all.push_back({"float byte count overflows", {{ruda::param_id{9}, f32, raw(0, {huge}, f32)}}, errc::shape_overflow,
                    "Stored gradient byte count overflows for parameter 9"});
-    all.push_back({"a bad entry after good ones", {f32_entry(1, 2), f32_entry(2, 2), {3, f32, raw(1, {1}, f32)}},
+    all.push_back({"a bad entry after good ones", {f32_entry(1, 2), f32_entry(2, 2), {ruda::param_id{3}, f32, raw(1, {1}, f32)}},
                    errc::byte_count_mismatch, "Invalid gradient byte count for parameter 3"});
     return all;
 }
@@ -284,8 +284,8 @@ BOOST_AUTO_TEST_CASE(narrowed_data_comes_back_in_the_original_dtype)
     // What a half-precision setting stores: f16 data of an f32 gradient.
     const auto original = ruda::tensor_data::from_values(std::vector<float>{1.5F, -2.0F}, {2}).value();
     const ruda::gradients_params_record record{
-        {{3, ruda::dtype::f32(), original.convert(ruda::dtype::f16()).value()},
-         {4, ruda::dtype::flex32(), original.convert(ruda::dtype::f64()).value()}}};
+        {{ruda::param_id{3}, ruda::dtype::f32(), original.convert(ruda::dtype::f16()).value()},
+         {ruda::param_id{4}, ruda::dtype::flex32(), original.convert(ruda::dtype::f64()).value()}}};
     const auto restored = ruda::gradients_params::from_record<cpu>(record, {}).value();
     const auto f32 = std::get<cpu::float_tensor>(restored.get<cpu>(ruda::param_id{3}).value());
     BOOST_TEST(f32.data() == original); // 1.5 and -2 are exact in f16

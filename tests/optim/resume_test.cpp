@@ -125,7 +125,7 @@ BOOST_AUTO_TEST_CASE(losing_or_narrowing_the_window_changes_the_result)
     mlp::training_state dropped = state;
     std::vector<ruda::gradient_entry> zeros;
     for (const auto& p : state.weights.params) {
-        zeros.push_back({p.id, ruda::dtype::f32(),
+        zeros.push_back({ruda::param_id{p.id}, ruda::dtype::f32(),
                          ruda::tensor_data::from_values(std::vector<float>(p.value.size(), 0.0F),
                                                         ruda::shape(p.shape))
                              .value()});

@@ -79,9 +79,9 @@ BOOST_AUTO_TEST_CASE(entries_are_sorted_with_the_original_dtype)
     BOOST_REQUIRE(*record);
     const auto& entries = record->value().entries();
     BOOST_REQUIRE_EQUAL(entries.size(), 2U);
-    BOOST_TEST(entries[0].id == 10U);
+    BOOST_TEST(entries[0].id.val() == 10U);
     BOOST_TEST(entries[0].dtype == ruda::dtype::f32());
-    BOOST_TEST(entries[1].id == 30U);
+    BOOST_TEST(entries[1].id.val() == 30U);
     BOOST_TEST(entries[1].dtype == ruda::dtype::bf16());
     BOOST_TEST(entries[1].data == half);
 }
@@ -142,7 +142,7 @@ BOOST_AUTO_TEST_CASE(holds_exactly_the_handles_present_at_the_call)
     BOOST_REQUIRE_EQUAL(entries.size(), 6U);
     for (std::size_t k = 0; k < 6; ++k) {
         // ids 95..100 in order; id 100 - i held the value i at the call.
-        BOOST_TEST(entries[k].id == 95 + k);
+        BOOST_TEST(entries[k].id.val() == 95 + k);
         BOOST_TEST(entries[k].data.values<float>().value()[0] == float(5 - k));
     }
 }

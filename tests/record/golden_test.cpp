@@ -36,18 +36,18 @@ std::string file_text(const std::string& name)
 ruda::gradients_params_record golden()
 {
     std::vector<ruda::gradient_entry> e;
-    e.push_back({7, ruda::dtype::f32(),
+    e.push_back({ruda::param_id{7}, ruda::dtype::f32(),
                  ruda::tensor_data::from_values(std::vector<float>{0.5F, -1.25F, 3.0F}, {3}).value()});
-    e.push_back({9, ruda::dtype::f16(),
+    e.push_back({ruda::param_id{9}, ruda::dtype::f16(),
                  ruda::tensor_data::from_values(std::vector<float>{1.0F, 2.0F, -0.0F, 65504.0F}, {2, 2})
                      .value()
                      .convert(ruda::dtype::f16())
                      .value()});
-    e.push_back({11, ruda::dtype::f64(), ruda::tensor_data{std::vector<std::uint8_t>{}, {0}, ruda::dtype::f64()}});
+    e.push_back({ruda::param_id{11}, ruda::dtype::f64(), ruda::tensor_data{std::vector<std::uint8_t>{}, {0}, ruda::dtype::f64()}});
     ruda::quant_scheme q{};
     q.value = ruda::quant_value::q8s;
     q.store = ruda::quant_store::native();
-    e.push_back({13, ruda::dtype::qfloat(q),
+    e.push_back({ruda::param_id{13}, ruda::dtype::qfloat(q),
                  ruda::tensor_data{std::vector<std::uint8_t>{1, 2, 3, 4, 0, 0, 128, 63}, {4},
                                    ruda::dtype::qfloat(q)}});
     return ruda::gradients_params_record{std::move(e)};

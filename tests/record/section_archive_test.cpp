@@ -77,7 +77,7 @@ BOOST_AUTO_TEST_CASE(values_round_trip)
     BOOST_REQUIRE(c.put("step", std::uint64_t{99}));
     BOOST_REQUIRE(c.put("nan", std::numeric_limits<double>::quiet_NaN()));
     const auto record = ruda::gradients_params_record{
-        {{5, ruda::dtype::f32(), ruda::tensor_data::from_values(std::vector<float>{1, 2}, {2}).value()}}};
+        {{ruda::param_id{5}, ruda::dtype::f32(), ruda::tensor_data::from_values(std::vector<float>{1, 2}, {2}).value()}}};
     BOOST_REQUIRE(c.put("record", record)); // a record can also be a section
 
     scheduler back;

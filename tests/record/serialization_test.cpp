@@ -41,12 +41,12 @@ ruda::gradients_params_record sample_record()
     std::uint64_t id = 1;
     for (const auto type : {ruda::dtype::f64(), ruda::dtype::f32(), ruda::dtype::f16(),
                             ruda::dtype::bf16()}) {
-        entries.push_back({id++, type, floats.convert(type).value()});
+        entries.push_back({ruda::param_id{id++}, type, floats.convert(type).value()});
     }
-    entries.push_back({id++, ruda::dtype::flex32(), {floats.bytes(), {2, 3}, ruda::dtype::flex32()}});
-    entries.push_back({id++, ruda::dtype::f32(), ruda::tensor_data{{}, {0}, ruda::dtype::f32()}});
-    entries.push_back({id++, ruda::dtype::f32(), ruda::tensor_data{{}, {3, 0, 2}, ruda::dtype::f32()}});
-    entries.push_back({id++, ruda::dtype::f64(),
+    entries.push_back({ruda::param_id{id++}, ruda::dtype::flex32(), {floats.bytes(), {2, 3}, ruda::dtype::flex32()}});
+    entries.push_back({ruda::param_id{id++}, ruda::dtype::f32(), ruda::tensor_data{{}, {0}, ruda::dtype::f32()}});
+    entries.push_back({ruda::param_id{id++}, ruda::dtype::f32(), ruda::tensor_data{{}, {3, 0, 2}, ruda::dtype::f32()}});
+    entries.push_back({ruda::param_id{id++}, ruda::dtype::f64(),
                        ruda::tensor_data::from_values(std::vector<double>{-2.5}, {}).value()});
     const quant_store stores[] = {quant_store::native(), quant_store::packed_u32(0),
                                   quant_store::packed_u32(1), quant_store::packed_native(0)};
@@ -62,12 +62,12 @@ ruda::gradients_params_record sample_record()
                                    : static_cast<quant_value>(k % 9);
             const auto type = ruda::dtype::qfloat(
                 {value, params[k % 5], store, level, ruda::quant_mode::symmetric});
-            entries.push_back({id++, type, sequence_bytes(13 + k, {4, 8}, type)});
+            entries.push_back({ruda::param_id{id++}, type, sequence_bytes(13 + k, {4, 8}, type)});
             ++k;
         }
     }
     // A large id and a malformed entry survive too: serialization does not validate.
-    entries.push_back({~std::uint64_t{0}, ruda::dtype::f32(),
+    entries.push_back({ruda::param_id{~std::uint64_t{0}}, ruda::dtype::f32(),
                        sequence_bytes(5, {7}, ruda::dtype::f16())});
     return ruda::gradients_params_record{std::move(entries)};
 }
@@ -134,7 +134,7 @@ BOOST_AUTO_TEST_CASE(xml_round_trip)
 BOOST_AUTO_TEST_CASE(json_writes_bytes_as_base64)
 {
     const ruda::gradients_params_record record{
-        {{5, ruda::dtype::f32(), ruda::tensor_data::from_values(std::vector<float>{1.0F}, {1}).value()}}};
+        {{ruda::param_id{5}, ruda::dtype::f32(), ruda::tensor_data::from_values(std::vector<float>{1.0F}, {1}).value()}}};
     std::stringstream stream;
     {
         cereal::JSONOutputArchive out{stream};

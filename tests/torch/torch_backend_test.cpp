@@ -158,7 +158,7 @@ BOOST_AUTO_TEST_CASE(snapshots_many_tensors_with_reads_in_flight_at_once)
     for (const auto& entry : record->value().entries()) {
         const auto values = entry.data.values<float>().value();
         BOOST_TEST(values.size() == 256U);
-        BOOST_TEST(values[255] == static_cast<float>(entry.id));
+        BOOST_TEST(values[255] == static_cast<float>(entry.id.val()));
     }
     // The blocking wrapper works from a plain thread.
     const auto sync = grads.try_to_record<tb>();

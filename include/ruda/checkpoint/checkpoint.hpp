@@ -122,15 +122,15 @@ private:
 template <class Entries>
 [[nodiscard]] result<void> unique_parameter_names(const Entries& entries)
 {
-    std::map<std::string_view, std::uint64_t> ids;
+    std::map<std::string_view, param_id> ids;
     for (const auto& entry : entries) {
         if (entry.name.empty()) {
             continue;
         }
         const auto [at, added] = ids.try_emplace(entry.name, entry.id);
         if (!added) {
-            return error{errc::malformed_record, "Parameters " + std::to_string(at->second) +
-                                                     " and " + std::to_string(entry.id) +
+            return error{errc::malformed_record, "Parameters " + to_string(at->second) +
+                                                     " and " + to_string(entry.id) +
                                                      " have the same name " + entry.name};
         }
     }

@@ -44,7 +44,7 @@ struct checkpoint_load_options {
     /// Whether the file may be mapped rather than read (see `load_mapping`).
     load_mapping mapping = load_mapping::when_unchangeable;
     /// Load only these gradients (each must be present); all when empty.
-    std::optional<std::vector<std::uint64_t>> only_ids{};
+    std::optional<std::vector<param_id>> only_ids{};
     /// The largest header accepted, whatever the file claims.
     std::uint64_t max_header_bytes = std::uint64_t{64} << 20U;
     /// Threads reading (and verifying) payloads at once; 0 (the default): one per core, at most

@@ -2,6 +2,7 @@
 // the entry table and the sections, with where each payload lies and its checksum.
 #pragma once
 
+#include <ruda/optim/param_id.hpp>
 #include <ruda/tensor/dtype.hpp>
 #include <ruda/tensor/tensor_data.hpp>
 
@@ -25,7 +26,7 @@ struct payload_location {
 };
 
 struct checkpoint_entry_info {
-    std::uint64_t id = 0;
+    param_id id{0};
     dtype original = dtype::f32(); ///< the dtype the gradient had on its device
     dtype stored = dtype::f32();   ///< the dtype of the payload
     ruda::shape shape;

@@ -153,7 +153,7 @@ private:
 
     template <backend B>
     struct captured {
-        std::uint64_t id;
+        param_id id;
         std::optional<tensor_primitive<B>> tensor; // empty: missing or another backend's
         std::size_t bytes;                         // what its read will produce
         std::string name;
@@ -192,7 +192,7 @@ private:
         for (const param_id id : sorted_ids()) {
             const slot& entry = entries_.find(id)->second; // one lookup for tensor and name
             const tensor_primitive<B>* tensor = tensor_in<B>(entry);
-            handles.push_back({id.val(),
+            handles.push_back({id,
                                tensor ? std::optional{*tensor} : std::nullopt,
                                tensor ? byte_size<B>(*tensor) : 0, entry.name});
         }
@@ -234,17 +234,16 @@ private:
     };
 
     template <backend B>
-    static error registered_elsewhere(std::uint64_t id)
+    static error registered_elsewhere(param_id id)
     {
-        return error{errc::backend_mismatch, "Missing gradient for parameter " +
-                                                 std::to_string(id) +
+        return error{errc::backend_mismatch, "Missing gradient for parameter " + to_string(id) +
                                                  ": it was registered with another backend than " +
                                                  std::string{B::name()}};
     }
 
-    static error read_failed(std::uint64_t id, const error& cause)
+    static error read_failed(param_id id, const error& cause)
     {
-        return parameter_error("Reading gradient", param_id{id}, cause);
+        return parameter_error("Reading gradient", id, cause);
     }
 
     template <backend B>
@@ -270,7 +269,7 @@ private:
     {
         const std::shared_lock lock{mutex_};
         struct found {
-            std::uint64_t id;
+            param_id id;
             const tensor_primitive<B>* tensor;
             const std::string* name;
         };
@@ -280,9 +279,9 @@ private:
             const slot& entry = entries_.find(id)->second;
             const auto* tensor = tensor_in<B>(entry);
             if (tensor == nullptr) {
-                return registered_elsewhere<B>(id.val());
+                return registered_elsewhere<B>(id);
             }
-            tensors.push_back({id.val(), tensor, &entry.name});
+            tensors.push_back({id, tensor, &entry.name});
         }
         progress_counter progress{options.on_progress, {.tensors_total = tensors.size()}};
         for (const found& f : tensors) {
@@ -357,13 +356,13 @@ result<gradients_params> gradients_params::from_record(gradients_params_record r
     auto entries = std::move(record).into_entries();
     grads.entries_.reserve(entries.size());
     for (gradient_entry& entry : entries) {
-        const std::uint64_t id = entry.id;
+        const param_id id = entry.id;
         std::string name = std::move(entry.name);
         auto tensor = upload<B>(std::move(entry), device);
         if (!tensor) {
-            return parameter_error("Restoring gradient", param_id{id}, tensor.error());
+            return parameter_error("Restoring gradient", id, tensor.error());
         }
-        grads.insert<B>(param_id{id}, std::move(tensor).value(), std::move(name));
+        grads.insert<B>(id, std::move(tensor).value(), std::move(name));
     }
     return grads;
 }

@@ -18,7 +18,7 @@ namespace ruda {
 /// One gradient: its parameter id, its original dtype, its stored data, and the parameter's
 /// name when one was given ("fc1.bias"; empty when not), which checkpoints keep.
 struct gradient_entry {
-    std::uint64_t id;
+    param_id id{0};
     ruda::dtype dtype;
     tensor_data data;
     std::string name{};
@@ -59,7 +59,7 @@ public:
             }
             auto data = entry.data.convert(S::float_dtype());
             if (!data) {
-                return parameter_error("Storing gradient", param_id{entry.id}, data.error());
+                return parameter_error("Storing gradient", entry.id, data.error());
             }
             stored.push_back({entry.id, entry.dtype, std::move(data).value(), entry.name});
         }

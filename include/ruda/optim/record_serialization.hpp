@@ -18,15 +18,18 @@ namespace ruda {
 template <class Archive>
 void save(Archive& ar, const gradient_entry& e, std::uint32_t /*version*/)
 {
-    ar(cereal::make_nvp("id", e.id), cereal::make_nvp("dtype", e.dtype),
+    const std::uint64_t id = e.id.val();
+    ar(cereal::make_nvp("id", id), cereal::make_nvp("dtype", e.dtype),
        cereal::make_nvp("data", e.data), cereal::make_nvp("name", e.name));
 }
 
 template <class Archive>
 void load(Archive& ar, gradient_entry& e, std::uint32_t version)
 {
-    ar(cereal::make_nvp("id", e.id), cereal::make_nvp("dtype", e.dtype),
+    std::uint64_t id = 0;
+    ar(cereal::make_nvp("id", id), cereal::make_nvp("dtype", e.dtype),
        cereal::make_nvp("data", e.data));
+    e.id = param_id{id};
     e.name.clear();
     if (version >= 2) {
         ar(cereal::make_nvp("name", e.name));
@@ -52,7 +55,7 @@ void load(Archive& ar, gradients_params_record& r, std::uint32_t /*version*/)
     // No reserve(count): the count is not trusted; each entry must actually be there.
     std::vector<gradient_entry> entries;
     for (std::uint64_t i = 0; i < count; ++i) {
-        gradient_entry entry{0, dtype::f32(), tensor_data{{}, shape{0}, dtype::f32()}};
+        gradient_entry entry{param_id{0}, dtype::f32(), tensor_data{{}, shape{0}, dtype::f32()}};
         ar(entry);
         entries.push_back(std::move(entry));
     }
