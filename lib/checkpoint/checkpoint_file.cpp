@@ -321,7 +321,7 @@ result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
         if (!entry.name.empty()) {
             frame.flags |= detail::flag_entry_names;
         }
-        BOOST_OUTCOME_TRY(header.entry(entry.id.val(), entry.dtype, entry.data.dtype(),
+        BOOST_OUTCOME_TRY(header.entry(entry.id, entry.dtype, entry.data.dtype(),
                                        entry.data.shape(), locations[k++], entry.name));
     }
     for (const checkpoint_section& section : contents.sections()) {

@@ -260,12 +260,12 @@ header_encoder::header_encoder(std::uint64_t entries, std::uint64_t sections, si
     w.u64(sections);
 }
 
-result<void> header_encoder::entry(std::uint64_t id, const dtype& original, const dtype& stored,
+result<void> header_encoder::entry(param_id id, const dtype& original, const dtype& stored,
                                    std::span<const std::size_t> shape,
                                    const payload_location& payload, std::string_view name)
 {
     byte_writer w{buffer_};
-    w.u64(id);
+    w.u64(id.val());
     encode_dtype(w, original);
     encode_dtype(w, stored);
     w.u32(static_cast<std::uint32_t>(shape.size()));
@@ -311,7 +311,7 @@ std::vector<std::uint8_t> encode_header(const checkpoint_index& index)
                                return success();
                            }};
     for (const checkpoint_entry_info& e : index.entries) {
-        static_cast<void>(encoder.entry(e.id.val(), e.original, e.stored, e.shape, e.payload, e.name));
+        static_cast<void>(encoder.entry(e.id, e.original, e.stored, e.shape, e.payload, e.name));
     }
     for (const checkpoint_section_info& s : index.sections) {
         static_cast<void>(encoder.section(s.name, s.payload));

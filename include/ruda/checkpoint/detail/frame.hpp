@@ -82,7 +82,7 @@ public:
     header_encoder(std::uint64_t entries, std::uint64_t sections, sink_type sink);
     /// An entry; `name` is empty for one without a name (the only kind a file without
     /// `flag_entry_names` may hold).
-    [[nodiscard]] result<void> entry(std::uint64_t id, const dtype& original, const dtype& stored,
+    [[nodiscard]] result<void> entry(param_id id, const dtype& original, const dtype& stored,
                                      std::span<const std::size_t> shape,
                                      const payload_location& payload, std::string_view name);
     [[nodiscard]] result<void> section(std::string_view name, const payload_location& payload);
