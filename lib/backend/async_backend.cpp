@@ -1,11 +1,9 @@
 // The async backend's reads go through the device queue; uploads and casts are immediate.
 #include <ruda/backend/async_backend.hpp>
 #include <ruda/backend/detail/backend_checks.hpp>
-#include <ruda/runtime/error_mapping.hpp>
 
 #include <boost/asio/use_awaitable.hpp>
 
-#include <string>
 #include <utility>
 
 namespace ruda {

@@ -92,9 +92,6 @@ result<gradients_params_record> import_from(const detail::byte_source& from,
 {
     const std::string source = from.name().string();
     const std::uint64_t size = from.size();
-    const auto read = [&from](std::uint8_t* data, std::size_t n, std::uint64_t offset) {
-        return from.read_at(data, n, offset);
-    };
     const auto malformed = [&](const std::string& what) {
         return error{errc::malformed_record, "safetensors " + source + ": " + what};
     };
@@ -102,7 +99,7 @@ result<gradients_params_record> import_from(const detail::byte_source& from,
         return malformed("shorter than the 8-byte header length");
     }
     std::array<std::uint8_t, 8> prefix{};
-    BOOST_OUTCOME_TRY(read(prefix.data(), prefix.size(), 0));
+    BOOST_OUTCOME_TRY(from.read_at(prefix.data(), prefix.size(), 0));
     const std::uint64_t header_size = detail::load_le(prefix);
     if (header_size > limits.max_header_bytes) {
         return error{errc::allocation_too_large,
@@ -115,7 +112,7 @@ result<gradients_params_record> import_from(const detail::byte_source& from,
                          " bytes, the file has " + std::to_string(size - 8) + " after its length");
     }
     std::string json(header_size, '\0');
-    BOOST_OUTCOME_TRY(read(reinterpret_cast<std::uint8_t*>(json.data()), json.size(), 8));
+    BOOST_OUTCOME_TRY(from.read_at(reinterpret_cast<std::uint8_t*>(json.data()), json.size(), 8));
     const std::uint64_t data_start = 8 + header_size;
     BOOST_OUTCOME_TRY(auto plans,
                       detail::parse_safetensors_header(json, source, size - data_start));
@@ -125,7 +122,7 @@ result<gradients_params_record> import_from(const detail::byte_source& from,
     BOOST_OUTCOME_TRY(auto data,
                       storage::try_allocate(static_cast<std::size_t>(size - data_start)));
     if (!data.empty()) {
-        BOOST_OUTCOME_TRY(read(data.writable_data(), data.size(), data_start));
+        BOOST_OUTCOME_TRY(from.read_at(data.writable_data(), data.size(), data_start));
     }
     std::vector<gradient_entry> entries;
     entries.reserve(plans.size());

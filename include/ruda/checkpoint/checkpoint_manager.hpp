@@ -153,7 +153,7 @@ public:
     /// The checkpoint of `step`, verified and validated (see `checkpoint_reader`).
     [[nodiscard]] result<checkpoint> load(std::uint64_t step,
                                           const checkpoint_load_options& options = {}) const;
-    /// The checkpoint "latest" names; `errc::io_error` when there is none yet. When that file
+    /// The checkpoint "latest" names; `errc::not_found` when there is none yet. When that file
     /// does not load (damaged on the disk, say), the error keeps its code and says that it is
     /// the one "latest" names; `load_newest_valid` then finds the newest one that loads.
     [[nodiscard]] result<checkpoint> load_latest(const checkpoint_load_options& options = {}) const;

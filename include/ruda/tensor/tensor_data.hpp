@@ -32,54 +32,20 @@ using shape = std::vector<std::size_t>;
 /// The dtype kind that stores elements of type `T`, for the typed calls below.
 template <class T>
 struct element_kind;
-template <>
-struct element_kind<double> {
-    static constexpr dtype::kind value = dtype::kind::f64;
-};
-template <>
-struct element_kind<float> {
-    static constexpr dtype::kind value = dtype::kind::f32;
-};
-template <>
-struct element_kind<float16> {
-    static constexpr dtype::kind value = dtype::kind::f16;
-};
-template <>
-struct element_kind<bfloat16> {
-    static constexpr dtype::kind value = dtype::kind::bf16;
-};
-template <>
-struct element_kind<std::int64_t> {
-    static constexpr dtype::kind value = dtype::kind::i64;
-};
-template <>
-struct element_kind<std::int32_t> {
-    static constexpr dtype::kind value = dtype::kind::i32;
-};
-template <>
-struct element_kind<std::int16_t> {
-    static constexpr dtype::kind value = dtype::kind::i16;
-};
-template <>
-struct element_kind<std::int8_t> {
-    static constexpr dtype::kind value = dtype::kind::i8;
-};
-template <>
-struct element_kind<std::uint64_t> {
-    static constexpr dtype::kind value = dtype::kind::u64;
-};
-template <>
-struct element_kind<std::uint32_t> {
-    static constexpr dtype::kind value = dtype::kind::u32;
-};
-template <>
-struct element_kind<std::uint16_t> {
-    static constexpr dtype::kind value = dtype::kind::u16;
-};
-template <>
-struct element_kind<std::uint8_t> {
-    static constexpr dtype::kind value = dtype::kind::u8;
-};
+template <dtype::kind K>
+using kind_constant = std::integral_constant<dtype::kind, K>;
+template <> struct element_kind<double> : kind_constant<dtype::kind::f64> {};
+template <> struct element_kind<float> : kind_constant<dtype::kind::f32> {};
+template <> struct element_kind<float16> : kind_constant<dtype::kind::f16> {};
+template <> struct element_kind<bfloat16> : kind_constant<dtype::kind::bf16> {};
+template <> struct element_kind<std::int64_t> : kind_constant<dtype::kind::i64> {};
+template <> struct element_kind<std::int32_t> : kind_constant<dtype::kind::i32> {};
+template <> struct element_kind<std::int16_t> : kind_constant<dtype::kind::i16> {};
+template <> struct element_kind<std::int8_t> : kind_constant<dtype::kind::i8> {};
+template <> struct element_kind<std::uint64_t> : kind_constant<dtype::kind::u64> {};
+template <> struct element_kind<std::uint32_t> : kind_constant<dtype::kind::u32> {};
+template <> struct element_kind<std::uint16_t> : kind_constant<dtype::kind::u16> {};
+template <> struct element_kind<std::uint8_t> : kind_constant<dtype::kind::u8> {};
 
 /// Whether `tensor_data` has typed calls for `T`.
 template <class T>
