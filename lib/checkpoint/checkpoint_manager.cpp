@@ -5,6 +5,7 @@
 #include <ruda/checkpoint/detail/durable_writer.hpp>
 #include <ruda/checkpoint/detail/posix_io.hpp>
 #include <ruda/checkpoint/detail/regular_file.hpp>
+#include <ruda/checkpoint/detail/step_directory.hpp>
 
 #include <boost/asio/post.hpp>
 
@@ -65,52 +66,13 @@ result<saved_checkpoint> save_state::wait() const
 
 namespace {
 
-constexpr std::string_view file_prefix = "step-";
 constexpr std::string_view file_suffix = ".ruda";
 constexpr std::string_view latest_name = "latest";
 constexpr std::string_view lock_name = ".lock";
 
 std::string file_name(std::uint64_t step)
 {
-    char name[64];
-    std::snprintf(name, sizeof name, "step-%020llu.ruda", static_cast<unsigned long long>(step));
-    return name;
-}
-
-// The step of a checkpoint file name, or nothing for any other name.
-std::optional<std::uint64_t> step_of(std::string_view name)
-{
-    if (name.size() != file_prefix.size() + 20 + file_suffix.size() ||
-        !name.starts_with(file_prefix) || !name.ends_with(file_suffix)) {
-        return std::nullopt;
-    }
-    const auto digits = name.substr(file_prefix.size(), 20);
-    std::uint64_t step = 0;
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
-    if (ec != std::errc{} || end != digits.data() + digits.size()) {
-        return std::nullopt;
-    }
-    return step;
-}
-
-// Calls `each` with the path of every entry of `dir`: none when `dir` does not exist yet.
-// `errc::io_error` naming `dir` when it cannot be listed, also part way: the iterator moves with
-// increment(ec), so a failure is an error, never an exception.
-template <class Each>
-result<void> for_each_entry(const std::filesystem::path& dir, Each each)
-{
-    std::error_code ec;
-    std::filesystem::directory_iterator item{dir, ec};
-    if (ec == std::errc::no_such_file_or_directory) {
-        return success();
-    }
-    for (; !ec && item != std::filesystem::directory_iterator{}; item.increment(ec)) {
-        each(item->path());
-    }
-    if (ec) {
-        return error{errc::io_error, "Listing " + dir.string() + ": " + ec.message()};
-    }
-    return success();
+    return detail::step_name(step, file_suffix);
 }
 
 } // namespace
@@ -187,11 +149,8 @@ result<saved_checkpoint> checkpoint_manager::save(std::uint64_t step, const chec
     BOOST_OUTCOME_TRY(saved.bytes, save_checkpoint_file(saved.path, contents, options_.save, ops_));
 
     // "latest" moves only now that the checkpoint is durable.
-    const std::string pointer = file_name(step) + "\n";
-    BOOST_OUTCOME_TRY(auto latest, detail::durable_writer::create(directory_ / latest_name, ops_));
-    BOOST_OUTCOME_TRY(latest->write({reinterpret_cast<const std::uint8_t*>(pointer.data()),
-                                     pointer.size()}));
-    BOOST_OUTCOME_TRY(latest->commit());
+    BOOST_OUTCOME_TRY(
+        detail::write_step_pointer(directory_ / latest_name, step, file_suffix, ops_));
     saved.cleanup_failure = after_save(step);
     return saved;
 }
@@ -219,7 +178,7 @@ std::optional<error> checkpoint_manager::after_save(std::uint64_t step)
             note(ops_.remove(path_of(old)));
         }
     }
-    note(for_each_entry(directory_, [&](const std::filesystem::path& path) {
+    note(detail::for_each_entry(directory_, [&](const std::filesystem::path& path) {
         if (path.extension() == ".tmp") {
             note(ops_.remove(path)); // no write of ours is in progress: it is stale
         }
@@ -245,27 +204,7 @@ result<checkpoint> checkpoint_manager::load(std::uint64_t step,
 
 result<std::optional<std::uint64_t>> checkpoint_manager::latest_step() const
 {
-    const auto path = directory_ / latest_name;
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec) && !ec) {
-        return std::optional<std::uint64_t>{};
-    }
-    // The pointer is one short line: read no more than that, whatever the file is or claims.
-    BOOST_OUTCOME_TRY(const auto file, detail::open_regular_file(path));
-    std::array<std::uint8_t, 256> text{};
-    const auto length = static_cast<std::size_t>(std::min<std::uint64_t>(file.size, text.size()));
-    auto read = detail::read_exact_at(file.fd, path, text.data(), length, 0);
-    ::close(file.fd);
-    BOOST_OUTCOME_TRY(std::move(read));
-    std::string line(reinterpret_cast<const char*>(text.data()), length);
-    line.resize(std::min(line.size(), line.find('\n')));
-    const auto step = step_of(line);
-    if (!step) {
-        return error{errc::malformed_record, path.string() +
-                                                 " does not name a checkpoint file: \"" +
-                                                 line.substr(0, 64) + "\""};
-    }
-    return step;
+    return detail::read_step_pointer(directory_ / latest_name, file_suffix);
 }
 
 result<checkpoint> checkpoint_manager::load_latest(const checkpoint_load_options& options) const
@@ -309,8 +248,8 @@ checkpoint_manager::load_newest_valid(const checkpoint_load_options& options) co
 result<std::vector<std::uint64_t>> checkpoint_manager::steps() const
 {
     std::vector<std::uint64_t> found;
-    BOOST_OUTCOME_TRY(for_each_entry(directory_, [&found](const std::filesystem::path& path) {
-        if (const auto step = step_of(path.filename().string())) {
+    BOOST_OUTCOME_TRY(detail::for_each_entry(directory_, [&found](const auto& path) {
+        if (const auto step = detail::step_of(path.filename().string(), file_suffix)) {
             found.push_back(*step);
         }
     }));

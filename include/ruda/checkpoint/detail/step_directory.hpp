@@ -1,0 +1,36 @@
+// What the single-process and the distributed checkpoint managers share about a directory of
+// steps: "step-<20 digits><suffix>" names, the "latest" pointer file and listing entries.
+#pragma once
+
+#include <ruda/checkpoint/file_ops.hpp>
+#include <ruda/error.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace ruda::detail {
+
+/// "step-<20 digits><suffix>".
+[[nodiscard]] std::string step_name(std::uint64_t step, std::string_view suffix);
+/// The step of a `step_name(…, suffix)`, or nothing for any other name.
+[[nodiscard]] std::optional<std::uint64_t> step_of(std::string_view name, std::string_view suffix);
+
+/// Calls `each` with the path of every entry of `dir`: none when `dir` does not exist yet.
+/// `errc::io_error` naming `dir` when it cannot be listed, also part way.
+[[nodiscard]] result<void>
+for_each_entry(const std::filesystem::path& dir,
+               const std::function<void(const std::filesystem::path&)>& each);
+
+/// The step the pointer file `path` names (one short line, a `step_name(…, suffix)`), or
+/// nothing when there is no such file yet. `errc::malformed_record` when it names no step.
+[[nodiscard]] result<std::optional<std::uint64_t>>
+read_step_pointer(const std::filesystem::path& path, std::string_view suffix);
+/// Points `path` at `step`, durably and atomically.
+[[nodiscard]] result<void> write_step_pointer(const std::filesystem::path& path, std::uint64_t step,
+                                              std::string_view suffix, file_ops& ops);
+
+} // namespace ruda::detail
