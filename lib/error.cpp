@@ -36,6 +36,8 @@ public:
         case errc::unsupported_device: return "unsupported device";
         case errc::not_found: return "not found";
         case errc::invalid_tensor: return "invalid tensor";
+        case errc::plan_mismatch: return "ranks disagree on the save plan";
+        case errc::world_size_mismatch: return "world size mismatch";
         }
         return "unknown ruda error " + std::to_string(value);
     }

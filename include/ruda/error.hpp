@@ -37,6 +37,10 @@ enum class errc : int {
     unsupported_device,
     not_found,
     invalid_tensor,
+    /// Ranks of a distributed checkpoint disagree on a parameter (shape, dtype, placement).
+    plan_mismatch,
+    /// A checkpoint's rank-local state cannot go to another number of ranks as asked.
+    world_size_mismatch,
 };
 
 } // namespace ruda

@@ -15,6 +15,11 @@
 #include <ruda/checkpoint/file_ops.hpp>
 #include <ruda/checkpoint/safetensors.hpp>
 #include <ruda/checkpoint/saved_checkpoint.hpp>
+#include <ruda/dist/communicator.hpp>
+#include <ruda/dist/dist_checkpoint_manager.hpp>
+#include <ruda/dist/dist_manifest.hpp>
+#include <ruda/dist/placement.hpp>
+#include <ruda/dist/save_plan.hpp>
 #include <ruda/error.hpp>
 #include <ruda/optim/gradients_params.hpp>
 #include <ruda/optim/async_snapshot.hpp>

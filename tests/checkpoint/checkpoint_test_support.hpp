@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ruda/checkpoint/checkpoint_file.hpp>
+#include <ruda/checkpoint/file_ops.hpp>
 #include <ruda/checkpoint/detail/frame.hpp>
 #include <ruda/version.hpp>
 
@@ -174,6 +175,19 @@ public:
 
 private:
     int fd_;
+};
+
+/// File operations whose fsync fails once `fail` is set: a write that cannot be made durable.
+class failing_fsync_ops : public file_ops {
+public:
+    bool fail = false;
+    result<void> fsync(int fd) override
+    {
+        if (fail) {
+            return error{errc::io_error, "injected fsync failure"};
+        }
+        return file_ops::fsync(fd);
+    }
 };
 
 } // namespace ruda::test

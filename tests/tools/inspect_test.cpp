@@ -7,6 +7,9 @@
 #include <cereal/archives/json.hpp> // rapidjson, configured as cereal configures it
 #include <ruda/checkpoint/checkpoint_manager.hpp>
 #include <ruda/checkpoint/safetensors.hpp>
+#include <ruda/dist/dist_checkpoint_manager.hpp>
+
+#include "../support/async_test.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -320,6 +323,50 @@ BOOST_AUTO_TEST_CASE(export_safetensors_writes_the_gradients_of_a_sound_checkpoi
     const auto q = inspect({"--export-safetensors", (dir / "q.safetensors").string(), quantized.string()});
     BOOST_TEST(q.status == 1);
     BOOST_TEST(contains(q.out, "float gradients"), q.out);
+}
+
+BOOST_AUTO_TEST_CASE(a_distributed_checkpoint_shows_its_manifest_and_verifies_its_pieces)
+{
+    const temp_dir dir;
+    ruda::solo_communicator world;
+    {
+        ruda::dist_checkpoint_manager manager{world, dir.path()};
+        boost::asio::io_context io;
+        ruda::checkpoint contents{ruda::test::valid_sample()};
+        auto pending = ruda::test::run_to_end(io, manager.async_save_record(4, contents, {}));
+        BOOST_REQUIRE(pending.has_value() && pending->has_value());
+        BOOST_REQUIRE(pending->value().wait());
+    }
+    const auto step = (dir / "step-00000000000000000004").string();
+    auto shown = inspect({step});
+    BOOST_TEST(shown.status == 0);
+    BOOST_TEST(contains(shown.out, step + ": distributed checkpoint of step 4 by 1 ranks"));
+    BOOST_TEST(contains(shown.out, "replicated"));
+    BOOST_TEST(contains(shown.out, "rank 0 [0, "));
+    auto verified = inspect({"--verify", dir.path().string()});
+    BOOST_TEST(verified.status == 0);
+    BOOST_TEST(contains(verified.out, "rank-00000.ruda: ok ("));
+    BOOST_TEST(contains(verified.out, step + ": the manifest and the rank files agree"));
+    BOOST_TEST(contains(verified.out, "\"latest\" names step 4"));
+
+    // A rank file from another save: its own checksums hold, the manifest's do not.
+    auto entries = ruda::test::valid_sample().entries();
+    for (auto& e : entries) {
+        auto bytes = e.data.bytes().to_vector();
+        if (!bytes.empty()) {
+            bytes[0] ^= 1U;
+        }
+        e.data = ruda::tensor_data{std::move(bytes), e.data.shape(), e.data.dtype()};
+    }
+    const ruda::checkpoint foreign{ruda::gradients_params_record{entries}};
+    BOOST_REQUIRE(ruda::save_checkpoint_file(step + "/rank-00000.ruda", foreign));
+    verified = inspect({"--verify", step});
+    BOOST_TEST(verified.status == 1);
+    BOOST_TEST(contains(verified.out,
+                        "rank 0's file holds another payload than the manifest names"));
+    std::filesystem::remove(step + "/rank-00000.ruda");
+    verified = inspect({"--verify", step});
+    BOOST_TEST(verified.status == 1);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
