@@ -1,8 +1,10 @@
 // What every benchmark program needs: its command line, timing a callable, the median of
-// repeated runs, an fsync of a file a peer wrote, running a ruda coroutine to completion on a
-// fresh io_context on this thread, and handing its figures to bench/run as JSON.
+// repeated runs, an fsync of a file a peer wrote, the raw write() + fsync baseline of a save,
+// running a ruda coroutine to completion on a fresh io_context on this thread, and handing its
+// figures to bench/run as JSON.
 #pragma once
 
+#include <ruda/checkpoint/checkpoint.hpp>
 #include <ruda/error.hpp>
 
 #include <boost/asio/awaitable.hpp>
@@ -66,6 +68,33 @@ boost::asio::awaitable<void> store(boost::asio::awaitable<ruda::result<T>> op,
                                    std::optional<ruda::result<T>>& out)
 {
     out.emplace(co_await std::move(op));
+}
+
+// The baseline save: the bytes of tensors [first, last) written with write() in the same
+// chunks, then fsync.
+inline void raw_write(const std::filesystem::path& path, const ruda::checkpoint& c,
+                      std::size_t first, std::size_t last)
+{
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        std::perror(("open " + path.string()).c_str());
+        std::exit(1);
+    }
+    for (std::size_t i = first; i < last; ++i) {
+        const auto& bytes = c.gradients().entries()[i].data.bytes();
+        for (std::size_t done = 0; done < bytes.size();) {
+            const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+            if (n <= 0) {
+                std::perror("write");
+                std::exit(1);
+            }
+            done += static_cast<std::size_t>(n);
+        }
+    }
+    if (::fsync(fd) != 0 || ::close(fd) != 0) {
+        std::perror("fsync");
+        std::exit(1);
+    }
 }
 
 /// Runs `op` on a fresh io_context on this thread; exits the program if it fails.

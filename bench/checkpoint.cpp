@@ -122,29 +122,6 @@ ruda::checkpoint make_checkpoint(std::size_t tensors, std::size_t elements, ruda
     return c;
 }
 
-// The baseline save: the bytes of tensors [first, last) written with write() in the same
-// chunks, then fsync.
-void raw_write(const fs::path& path, const ruda::checkpoint& c, std::size_t first, std::size_t last)
-{
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        die("open " + path.string());
-    }
-    for (std::size_t i = first; i < last; ++i) {
-        const auto& bytes = c.gradients().entries()[i].data.bytes();
-        for (std::size_t done = 0; done < bytes.size();) {
-            const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-            if (n <= 0) {
-                die("write");
-            }
-            done += static_cast<std::size_t>(n);
-        }
-    }
-    if (::fsync(fd) != 0 || ::close(fd) != 0) {
-        die("fsync");
-    }
-}
-
 // The baseline load: read() the whole file into `file` (a buffer reused from run to run, so
 // its pages are already mapped), then memcpy each tensor into a fresh buffer.
 std::size_t raw_read(const fs::path& path, std::vector<std::uint8_t>& file, std::size_t tensors,
@@ -199,7 +176,7 @@ void raw_parallel_write(const fs::path& dir, const ruda::checkpoint& c, unsigned
 {
     on_threads(writers, [&](unsigned w) {
         const auto [first, last] = share(c.gradients().entries().size(), w, writers);
-        raw_write(dir / ("raw-" + std::to_string(w) + ".bin"), c, first, last);
+        bench::raw_write(dir / ("raw-" + std::to_string(w) + ".bin"), c, first, last);
     });
 }
 
@@ -450,7 +427,7 @@ int main(int argc, char** argv)
     // The writes: one raw writer, raw parallel writers, ruda's save with the default number of
     // writers and with one (and, with --sweep, with each number). Reads likewise.
     std::vector<std::pair<std::string, std::function<void()>>> writes{
-        {"raw_write", [&] { raw_write(raw_path, contents, 0, s.tensors); }},
+        {"raw_write", [&] { bench::raw_write(raw_path, contents, 0, s.tensors); }},
         {"save", save_with(ruda::checkpoint_save_options{}.writers)}};
     std::vector<std::string> reads{"raw_read", "load"};
     for (const unsigned n : parallel_counts) {

@@ -6,12 +6,14 @@
 #include <ruda/checkpoint/checkpoint_manager.hpp>
 #include <ruda/checkpoint/detail/json_quote.hpp>
 #include <ruda/checkpoint/safetensors.hpp>
+#include <ruda/dist/dist_checkpoint_manager.hpp>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <system_error>
@@ -30,6 +32,10 @@ constexpr const char* usage =
     "            directory of checkpoints, also the step \"latest\" names and the newest\n"
     "            checkpoint that loads (what load_newest_valid returns), with the newer ones\n"
     "            passed over and why\n"
+    "            A distributed checkpoint's step directory (with manifest.ruda): also its\n"
+    "            manifest, and that every piece it names is in its rank's file with the\n"
+    "            checksum it names, each gradient covered exactly once; a directory of such\n"
+    "            steps: each step, and the one \"latest\" names\n"
     "  --export-safetensors OUT  writes the gradients of checkpoint FILE to OUT as safetensors,\n"
     "            each tensor named by its parameter's name, or id (after a full, verified load)\n"
     "  When standard error is a terminal, a progress line there shows each file's reading.\n"
@@ -267,7 +273,8 @@ std::vector<std::filesystem::path> expand(const std::vector<std::string>& names,
         }
         std::vector<std::filesystem::path> inside;
         for (const auto& item : std::filesystem::directory_iterator(name, ec)) {
-            if (item.path().extension() == ".ruda") {
+            if (item.path().extension() == ".ruda" ||
+                std::filesystem::exists(item.path() / manifest_file_name(), ec)) {
                 inside.push_back(item.path());
             }
         }
@@ -276,9 +283,87 @@ std::vector<std::filesystem::path> expand(const std::vector<std::string>& names,
             inside.emplace_back(name);
         }
         std::sort(inside.begin(), inside.end());
-        files.insert(files.end(), inside.begin(), inside.end());
+        for (const auto& path : inside) {
+            if (std::filesystem::exists(path / manifest_file_name(), ec)) { // a distributed step
+                const auto step = expand({path.string()}, empty);
+                files.insert(files.end(), step.begin(), step.end());
+            } else {
+                files.push_back(path);
+            }
+        }
     }
     return files;
+}
+
+// A distributed checkpoint's step directory: its manifest (read_manifest checks that the pieces
+// cover each gradient exactly once), a line per gradient unless `verify`, and whether every
+// piece is in its rank's file with the checksum the manifest names (the files' own payloads are
+// verified with the files). Returns whether all of it holds.
+bool print_distributed_step(const std::filesystem::path& dir, bool verify, std::ostream& out)
+{
+    const auto manifest = read_manifest(dir / manifest_file_name());
+    if (!manifest) {
+        out << dir.string() << ": " << manifest.error().message() << "\n";
+        return false;
+    }
+    const dist_manifest& m = manifest.value();
+    out << dir.string() << ": distributed checkpoint of step " << m.step << " by "
+        << m.world_size << " ranks, " << m.tensors.size()
+        << " gradients, each covered exactly once\n";
+    std::map<std::uint32_t, std::optional<checkpoint_index>> files;
+    bool sound = true;
+    for (const tensor_layout& t : m.tensors) {
+        std::string pieces;
+        for (const tensor_piece& p : t.pieces) {
+            pieces += " rank " + std::to_string(p.rank) + " [" + std::to_string(p.range.offset) +
+                      ", " + std::to_string(p.range.end()) + ")";
+            auto [file, opened] = files.try_emplace(p.rank);
+            if (opened) {
+                auto reader = checkpoint_reader::open(dir / rank_file_name(p.rank));
+                if (reader) {
+                    file->second = reader.value().index();
+                } else {
+                    out << dir.string() << ": " << reader.error().message() << "\n";
+                    sound = false;
+                }
+            }
+            if (!file->second) {
+                continue;
+            }
+            const auto& entries = file->second->entries;
+            const auto entry = std::find_if(entries.begin(), entries.end(),
+                                            [&t](const auto& e) { return e.id == t.id; });
+            if (entry == entries.end() || entry->payload.checksum != p.checksum) {
+                out << dir.string() << ": parameter " << to_string(t.id) << ": rank "
+                    << p.rank << "'s file "
+                    << (entry == entries.end() ? "does not hold it"
+                                               : "holds another payload than the manifest names")
+                    << "\n";
+                sound = false;
+            }
+        }
+        if (!verify) {
+            out << "  " << to_string(t.id) << "  " << to_string(t.kind) << "  "
+                << to_string(t.stored) << "  " << to_string(t.shape) << " " << pieces << "\n";
+        }
+    }
+    if (sound) {
+        out << dir.string() << ": the manifest and the rank files agree\n";
+    }
+    return sound;
+}
+
+// A directory of distributed steps: the step "latest" names.
+void print_distributed_latest(const std::filesystem::path& dir, std::ostream& out)
+{
+    solo_communicator alone; // only to name the directory: nothing is saved or loaded
+    const dist_checkpoint_manager manager{alone, dir};
+    const auto latest = manager.latest_step();
+    if (!latest) {
+        out << dir.string() << ": " << latest.error().message() << "\n";
+    } else if (latest.value()) {
+        out << dir.string() << ": \"latest\" names step " << *latest.value() << "\n";
+    }
 }
 
 // What a checkpoint manager would make of directory `dir`, from the reports of its files (which
@@ -430,19 +515,35 @@ int inspect_main(const std::vector<std::string>& args, std::ostream& out, std::o
                     << human_size(r.index->file_length) << ")\n";
             }
         }
-        for (const std::string& name : names) {
-            std::error_code ec;
-            if (std::filesystem::is_directory(name, ec)) {
-                print_directory(name, reports, out);
-            }
-        }
-    } else {
+    } else if (!json) {
         for (const report& r : reports) {
             print_table(r, out);
         }
     }
-    const bool all_sound = std::none_of(reports.begin(), reports.end(),
-                                        [](const report& r) { return r.problem.has_value(); });
+    bool all_sound = std::none_of(reports.begin(), reports.end(),
+                                  [](const report& r) { return r.problem.has_value(); });
+    if (json) {
+        return all_sound ? 0 : 1;
+    }
+    for (const std::string& name : names) {
+        std::error_code ec;
+        if (std::filesystem::exists(std::filesystem::path{name} / manifest_file_name(), ec)) {
+            all_sound = print_distributed_step(name, verify, out) && all_sound;
+            continue;
+        }
+        bool distributed = false;
+        for (const auto& item : std::filesystem::directory_iterator(name, ec)) {
+            if (std::filesystem::exists(item.path() / manifest_file_name(), ec)) {
+                all_sound = print_distributed_step(item.path(), verify, out) && all_sound;
+                distributed = true;
+            }
+        }
+        if (distributed) {
+            print_distributed_latest(name, out);
+        } else if (verify && std::filesystem::is_directory(name, ec)) {
+            print_directory(name, reports, out);
+        }
+    }
     return all_sound ? 0 : 1;
 }
 

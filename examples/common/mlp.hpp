@@ -204,16 +204,18 @@ private:
 };
 
 /// Adds the gradient of this micro-batch's loss, 0.5 * mean over samples of |y - target|^2,
-/// into every parameter's `grad`; returns the loss.
+/// into every parameter's `grad`; returns the loss. `b` may hold part of a micro-batch (a
+/// data-parallel rank's share): the mean is still over the `c.batch` samples of the whole.
 inline float accumulate_gradients(const config& c, model& m, const batch& b)
 {
+    const std::size_t samples = b.y.size() / c.outputs;
     std::vector<float> hidden(c.hidden);
     std::vector<float> y(c.outputs);
     std::vector<float> dy(c.outputs);
     std::vector<float> dpre(c.hidden);
     const float inv_batch = 1.0F / static_cast<float>(c.batch);
     float loss = 0;
-    for (std::size_t s = 0; s < c.batch; ++s) {
+    for (std::size_t s = 0; s < samples; ++s) {
         const float* x = &b.x[s * c.inputs];
         detail::forward(c, m, x, hidden.data(), y.data());
         for (std::size_t o = 0; o < c.outputs; ++o) {
