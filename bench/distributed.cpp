@@ -1,10 +1,10 @@
-// bench/dist: a distributed checkpoint of replicated gradients saved and loaded by every rank of
+// bench/distributed: a distributed checkpoint of replicated gradients saved and loaded by every rank of
 // an MPI job, against one process (rank 0 alone, in the same run) writing the same bytes with
 // write() + fsync and reading them back with read(); with the bytes each rank wrote.
 // Every rank holds all the gradients (replicated); the save plan spreads their bytes over the
 // ranks, and each rank's load reads every piece (each rank gets the whole tensors back).
 //
-//   mpirun -np R dist [--mib N] [--tensors N] [--reps N] --dir DIR [--json PATH]
+//   mpirun -np R distributed [--mib N] [--tensors N] [--reps N] --dir DIR [--json PATH]
 #include "bench_util.hpp"
 
 #include <ruda/dist/dist_checkpoint_manager.hpp>
