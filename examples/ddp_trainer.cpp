@@ -195,18 +195,21 @@ int train(const options& o, const fs::path& dir)
     double most_blocked_ms = 0;
     int checkpoints = 0;
     std::uint64_t bytes_written = 0;
+    // Waits for the save in flight, if any, and counts its bytes; false if it failed.
+    const auto finish_pending = [&]() -> bool {
+        if (!pending) {
+            return true;
+        }
+        const auto saved = pending->wait();
+        pending.reset();
+        bytes_written += saved ? saved.value().bytes : 0;
+        return saved.has_value();
+    };
     const auto save = [&](ruda::dist_checkpoint_manager& manager) -> bool {
         ruda::checkpoint state;
-        if (!state.put("position", run1.at)) {
+        // The other manager's save may still be committing.
+        if (!state.put("position", run1.at) || !finish_pending()) {
             return false;
-        }
-        if (pending) { // the other manager's save may still be committing
-            const auto saved = pending->wait();
-            bytes_written += saved ? saved.value().bytes : 0;
-            pending.reset();
-            if (!saved) {
-                return false;
-            }
         }
         const auto started = clock_type::now();
         auto staged = examples::run_to_end(manager.async_save<ruda::cpu_backend>(
@@ -233,17 +236,10 @@ int train(const options& o, const fs::path& dir)
             ok = save(mid_window);
         }
         if (ok && pending && pending->done()) {
-            const auto saved = pending->wait();
-            ok = saved.has_value();
-            bytes_written += ok ? saved.value().bytes : 0;
-            pending.reset();
+            ok = finish_pending();
         }
     }
-    if (ok && pending) {
-        const auto saved = pending->wait();
-        ok = saved.has_value();
-        bytes_written += ok ? saved.value().bytes : 0;
-    }
+    ok = ok && finish_pending();
     if (!everywhere(ok, MPI_COMM_WORLD)) {
         return fail(rank, "the training run with checkpoints failed");
     }
