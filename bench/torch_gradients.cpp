@@ -14,7 +14,11 @@
 #include <ruda/optim/module_gradients.hpp>
 #include <ruda/ruda.hpp>
 
-#include <torch/torch.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/serialize.h>
+#include <torch/version.h>
 
 #include <cstdio>
 #include <cstdlib>

@@ -11,7 +11,9 @@
 //              [--json PATH]
 #include "bench_util.hpp"
 
-#include <torch/torch.h>
+#include <torch/serialize.h>
+#include <torch/types.h>
+#include <torch/version.h>
 
 #include <cstdio>
 #include <cstdlib>

@@ -4,6 +4,7 @@
 
 #include <ruda/checkpoint/detail/step_directory.hpp>
 
+#include "element_bytes.hpp"
 #include "wire.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -54,14 +55,11 @@ void serialize(Archive& ar, write_report& r)
 // The bytes of one element, when the layout's pieces are cut at element boundaries.
 std::optional<std::uint64_t> cut_element_size(const tensor_layout& t)
 {
-    if (t.stored.is_quantized() || t.pieces.empty()) {
+    if (t.pieces.empty()) {
         return std::nullopt;
     }
     const tensor_piece& p = t.pieces.front();
-    if (p.range.length == 0 || p.bytes != p.range.length * t.stored.size()) {
-        return std::nullopt;
-    }
-    return t.stored.size();
+    return detail::element_bytes(t.stored, p.range.length, p.bytes);
 }
 
 // The entry rank `p.rank` writes for its piece of `t`, from its own `entry`: flat elements of

@@ -1,6 +1,8 @@
 // The save plan: consistency of every rank's declarations, then who writes which elements.
 #include <ruda/dist/save_plan.hpp>
 
+#include "element_bytes.hpp"
+
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -63,19 +65,6 @@ std::string describe(const declared_tensor& d)
     return text;
 }
 
-// The bytes of one element when a tensor can be cut at element boundaries, else nothing.
-std::optional<std::uint64_t> element_bytes(dtype stored, std::uint64_t elements,
-                                           std::uint64_t bytes)
-{
-    std::uint64_t product = 0;
-    if (stored.is_quantized() || elements == 0 || stored.size() == 0 ||
-        __builtin_mul_overflow(elements, std::uint64_t{stored.size()}, &product) ||
-        product != bytes) {
-        return std::nullopt;
-    }
-    return stored.size();
-}
-
 using rank_declaration = std::pair<std::uint32_t, const declared_tensor*>;
 
 result<void> same_everywhere(const std::vector<rank_declaration>& decls)
@@ -103,7 +92,7 @@ result<tensor_layout> sharded_layout(tensor_layout layout,
     BOOST_OUTCOME_TRY(const std::uint64_t total, checked_num_elements(layout.shape));
     for (const auto& [rank, d] : decls) {
         BOOST_OUTCOME_TRY(const std::uint64_t local, checked_num_elements(d->shape));
-        const auto size = element_bytes(d->stored, local, d->bytes);
+        const auto size = detail::element_bytes(d->stored, local, d->bytes);
         if (local != d->where.slice.length || (local != 0 && !size)) {
             return error{errc::plan_mismatch,
                          "Parameter " + to_string(d->id) + " on rank " + std::to_string(rank) +
@@ -153,7 +142,7 @@ void spread_replicated(std::vector<tensor_layout*>& replicated, std::vector<std:
     for (tensor_layout* t : replicated) {
         const std::uint64_t bytes = bytes_of.at(t->id);
         const auto elements = checked_num_elements(t->shape).value();
-        (element_bytes(t->stored, elements, bytes) ? cuttable : whole).push_back(t);
+        (detail::element_bytes(t->stored, elements, bytes) ? cuttable : whole).push_back(t);
     }
     // Tensors that cannot be cut: largest first, each to the least loaded rank.
     std::stable_sort(whole.begin(), whole.end(), [&bytes_of](auto* a, auto* b) {
@@ -313,7 +302,7 @@ result<void> validate_layout(const tensor_layout& layout, std::uint32_t world_si
             return refuse("a piece in rank " + std::to_string(p.rank) + "'s file, in a world of " +
                           std::to_string(world_size));
         }
-        const auto size = element_bytes(layout.stored, p.range.length, p.bytes);
+        const auto size = detail::element_bytes(layout.stored, p.range.length, p.bytes);
         if (layout.kind == placement_kind::rank_local) {
             if (p.range.offset != 0 || p.range.length != elements ||
                 (i != 0 && p.rank <= previous_rank)) {

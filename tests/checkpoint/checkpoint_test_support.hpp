@@ -14,8 +14,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -50,10 +52,20 @@ private:
     std::filesystem::path path_;
 };
 
+/// The file's bytes (none when it cannot be read), read at once: the tests read files of tens
+/// of MiB, and they are compiled without optimization.
 inline std::vector<std::uint8_t> read_bytes(const std::filesystem::path& path)
 {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
     std::ifstream in{path, std::ios::binary};
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (ec || !in) {
+        return {};
+    }
+    std::vector<std::uint8_t> bytes(size);
+    in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
+    bytes.resize(static_cast<std::size_t>(in.gcount()));
+    return bytes;
 }
 
 inline void write_bytes(const std::filesystem::path& path, const std::vector<std::uint8_t>& bytes)
@@ -71,12 +83,17 @@ inline std::uint64_t le64(const std::vector<std::uint8_t>& bytes, std::size_t at
     return v;
 }
 
+/// `n` bytes of a pattern that repeats every 256 bytes; the repeats are copied, so that tensors
+/// of tens of MiB are quick to make in tests compiled without optimization.
 inline tensor_data patterned(std::size_t n, shape dims, dtype type)
 {
-    std::vector<std::uint8_t> bytes;
-    bytes.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
-        bytes.push_back(static_cast<std::uint8_t>(i * 131 + 7));
+    constexpr std::size_t period = 256;
+    std::vector<std::uint8_t> bytes(n);
+    for (std::size_t i = 0; i < std::min(n, period); ++i) {
+        bytes[i] = static_cast<std::uint8_t>(i * 131 + 7);
+    }
+    for (std::size_t done = period; done < n; done *= 2) {
+        std::memcpy(bytes.data() + done, bytes.data(), std::min(done, n - done));
     }
     return {std::move(bytes), std::move(dims), type};
 }

@@ -1,8 +1,11 @@
 // A program outside the ruda tree, built against an installed ruda to check its packaging.
 #include <ruda/ruda.hpp>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
+#include <string>
 
 int main()
 {
@@ -17,7 +20,9 @@ int main()
     // The checkpoint layer links too: a file written, read back and compared.
     const ruda::checkpoint contents{
         ruda::gradients_params_record{{{ruda::param_id{7}, ruda::dtype::f32(), t.value()}}}};
-    const auto path = std::filesystem::temp_directory_path() / "ruda-consumer-check.ruda";
+    // A name of this process's own: the checks of two installs run at once.
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("ruda-consumer-check-" + std::to_string(::getpid()) + ".ruda");
     const bool saved = ruda::save_checkpoint_file(path, contents).has_value();
     const auto loaded = ruda::load_checkpoint_file(path);
     std::filesystem::remove(path);

@@ -3,7 +3,7 @@
 #include <ruda/ruda.hpp>
 #include <ruda/optim/module_gradients.hpp>
 
-#include <torch/torch.h>
+#include <torch/nn/modules/linear.h>
 
 #include <cstdio>
 

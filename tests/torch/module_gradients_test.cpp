@@ -7,7 +7,8 @@
 #include <ruda/checkpoint/safetensors.hpp>
 #include <ruda/optim/module_gradients.hpp>
 
-#include <torch/torch.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/serialize.h>
 
 #include <boost/test/unit_test.hpp>
 

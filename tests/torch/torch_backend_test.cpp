@@ -8,7 +8,8 @@
 #include <ruda/checkpoint/checkpoint_file.hpp>
 #include <ruda/optim/gradients_params.hpp>
 
-#include <torch/torch.h>
+#include <torch/serialize.h>
+#include <torch/types.h>
 
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/post.hpp>

@@ -1,0 +1,26 @@
+// Whether a tensor's bytes can be cut at element boundaries, which the save plan and the restore
+// both ask.
+#pragma once
+
+#include <ruda/tensor/dtype.hpp>
+
+#include <cstdint>
+#include <optional>
+
+namespace ruda::detail {
+
+/// The bytes of one element when `bytes` are `elements` whole elements of the unquantized
+/// `stored` (and there is at least one), else nothing: quantized bytes are never cut.
+inline std::optional<std::uint64_t> element_bytes(dtype stored, std::uint64_t elements,
+                                                  std::uint64_t bytes)
+{
+    std::uint64_t product = 0;
+    if (stored.is_quantized() || elements == 0 || stored.size() == 0 ||
+        __builtin_mul_overflow(elements, std::uint64_t{stored.size()}, &product) ||
+        product != bytes) {
+        return std::nullopt;
+    }
+    return stored.size();
+}
+
+} // namespace ruda::detail
