@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <charconv>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -88,6 +89,14 @@ private:
 };
 
 namespace {
+
+// A device address as messages write it: 0x7f3a00000000.
+std::string hex(CUdeviceptr address)
+{
+    std::array<char, 2 + 16> digits{'0', 'x'};
+    const auto end = std::to_chars(digits.data() + 2, digits.data() + digits.size(), address, 16);
+    return {digits.data(), end.ptr};
+}
 
 // Page-aligned host memory registered with the driver (pinned), so copies to and from it run
 // at the link's speed. Registering is ten times cheaper than cuMemAllocHost.
@@ -303,7 +312,8 @@ public:
             BOOST_OUTCOME_TRY(context_->check(api_.cuStreamCreate(stream, stream_non_blocking),
                                               errc::device_unavailable, "cuStreamCreate"));
         }
-        for (CUevent* event : {&read_event_, &upload_event_, &landing_event_}) {
+        for (CUevent* event :
+             {&read_event_, &upload_event_, &landing_event_, &consumer_event_}) {
             BOOST_OUTCOME_TRY(context_->check(api_.cuEventCreate(event, event_disable_timing),
                                               errc::device_unavailable, "cuEventCreate"));
         }
@@ -371,7 +381,8 @@ public:
             pinned_memory::free(*context_, staging_memory_);
         }
         for (CUevent event :
-             {read_event_, upload_event_, landing_event_, stage_begin_event_, stage_end_event_}) {
+             {read_event_, upload_event_, landing_event_, consumer_event_, stage_begin_event_,
+              stage_end_event_}) {
             if (event != nullptr) {
                 api_.cuEventDestroy(event);
             }
@@ -426,22 +437,21 @@ public:
         boost::asio::post(io_, [this, op] { start(op); });
     }
 
-    // Any thread but the worker: device memory filled from `bytes` through the staging ring.
-    result<cuda_tensor_desc> upload(std::span<const std::uint8_t> bytes, shape dims, dtype type)
+    // `error` on the worker, which an upload would wait for (for room in the ring).
+    result<void> refuse_in_worker(const char* what) const
     {
         if (in_worker()) {
             return error{errc::device_unavailable,
-                         "cuda device " + std::to_string(ordinal()) +
-                             ": uploads cannot run on the device's worker, which they wait for"};
+                         "cuda device " + std::to_string(ordinal()) + ": " + what +
+                             " cannot run on the device's worker, which they wait for"};
         }
-        BOOST_OUTCOME_TRY(context_->make_current());
-        CUdeviceptr address = 0;
-        BOOST_OUTCOME_TRY(context_->check(api_.cuMemAlloc(&address, std::max<std::size_t>(
-                                                                        bytes.size(), 1)),
-                                          errc::allocation_too_large,
-                                          "cuMemAlloc of " + std::to_string(bytes.size()) +
-                                              " bytes"));
-        auto memory = std::make_shared<const device_allocation>(context_, address);
+        return success();
+    }
+
+    // `bytes` to `address` on the upload stream, in pieces through the staging ring: returns
+    // once they are queued (the caller's bytes are in the ring by then).
+    result<void> copy_through_ring(CUdeviceptr address, std::span<const std::uint8_t> bytes)
+    {
         const std::size_t piece = piece_bytes();
         for (std::size_t done = 0; done < bytes.size(); done += piece) {
             const std::size_t size = std::min(piece, bytes.size() - done);
@@ -472,6 +482,22 @@ public:
         }
         uploads_.fetch_add(1);
         bytes_uploaded_.fetch_add(bytes.size());
+        return success();
+    }
+
+    // Any thread but the worker: device memory filled from `bytes` through the staging ring.
+    result<cuda_tensor_desc> upload(std::span<const std::uint8_t> bytes, shape dims, dtype type)
+    {
+        BOOST_OUTCOME_TRY(refuse_in_worker("uploads"));
+        BOOST_OUTCOME_TRY(context_->make_current());
+        CUdeviceptr address = 0;
+        BOOST_OUTCOME_TRY(context_->check(api_.cuMemAlloc(&address, std::max<std::size_t>(
+                                                                        bytes.size(), 1)),
+                                          errc::allocation_too_large,
+                                          "cuMemAlloc of " + std::to_string(bytes.size()) +
+                                              " bytes"));
+        auto memory = std::make_shared<const device_allocation>(context_, address);
+        BOOST_OUTCOME_TRY(copy_through_ring(address, bytes));
         cuda_tensor_desc desc;
         desc.address = address;
         desc.bytes = bytes.size();
@@ -480,6 +506,45 @@ public:
         desc.producer = upload_stream_;
         desc.keep_alive = std::move(memory);
         return desc;
+    }
+
+    // Any thread but the worker: `bytes` into memory the caller owns, after the consumer's
+    // work so far, and the consumer after the copies.
+    result<void> upload_into(CUdeviceptr destination, std::span<const std::uint8_t> bytes,
+                             cuda_stream consumer)
+    {
+        BOOST_OUTCOME_TRY(refuse_in_worker("uploads"));
+        BOOST_OUTCOME_TRY(context_->make_current());
+        const std::string where = "cuda device " + std::to_string(ordinal()) + ": " +
+                                  std::to_string(bytes.size()) + " bytes at " +
+                                  hex(destination);
+        CUdeviceptr base = 0;
+        std::size_t size = 0;
+        if (api_.cuMemGetAddressRange(&base, &size, destination) != cuda_success) {
+            return error{errc::invalid_tensor,
+                         where + " cannot be uploaded: the address is not device memory"};
+        }
+        if (bytes.size() > size - (destination - base)) {
+            return error{errc::byte_count_mismatch,
+                         where + " do not fit the allocation of " + std::to_string(size) +
+                             " bytes at " + hex(base)};
+        }
+        {
+            const std::lock_guard lock{upload_event_mutex_};
+            BOOST_OUTCOME_TRY(context_->check(
+                api_.cuEventRecord(consumer_event_, static_cast<CUstream>(consumer)),
+                errc::read_failed, "cuEventRecord"));
+            BOOST_OUTCOME_TRY(
+                context_->check(api_.cuStreamWaitEvent(upload_stream_, consumer_event_, 0),
+                                errc::read_failed, "cuStreamWaitEvent"));
+        }
+        // The consumer waits even for a part: no piece may land under its later work.
+        auto copied = copy_through_ring(destination, bytes);
+        auto ordered = order_after_uploads(consumer);
+        if (!copied) {
+            return std::move(copied).error();
+        }
+        return ordered;
     }
 
     result<void> order_after_uploads(cuda_stream stream)
@@ -984,7 +1049,8 @@ private:
     CUstream staging_stream_ = nullptr; // device staging
     CUevent read_event_ = nullptr;      // worker only, as is the next
     CUevent landing_event_ = nullptr;
-    CUevent upload_event_ = nullptr;    // under upload_event_mutex_
+    CUevent upload_event_ = nullptr;    // under upload_event_mutex_, as is the next
+    CUevent consumer_event_ = nullptr;  // the consumer's work before an upload into its memory
     CUevent stage_begin_event_ = nullptr;
     CUevent stage_end_event_ = nullptr; // both under the device staging lock
     std::mutex upload_event_mutex_;
@@ -1126,6 +1192,16 @@ result<void> cuda_device::order_after_uploads(cuda_stream stream) const
         return error{errc::device_unavailable, "cuda backend: the device is gone"};
     }
     return state_->order_after_uploads(stream);
+}
+
+result<void> cuda_device::upload_into(cuda_device_ptr destination,
+                                      std::span<const std::uint8_t> bytes,
+                                      cuda_stream consumer) const
+{
+    if (!state_) {
+        return error{errc::device_unavailable, "cuda backend: the device is gone"};
+    }
+    return state_->upload_into(destination, bytes, consumer);
 }
 
 bool cuda_device::running_in_worker_thread() const { return state_ && state_->in_worker(); }

@@ -242,6 +242,49 @@ void reads_wait_for_the_producer(const ruda::cuda_device& device, raw_gpu& raw, 
     raw.destroy_stream(producer);
 }
 
+// A restore into memory the trainer owns, in pieces: after the trainer's work on it so far,
+// and before the trainer's later work. With `hold`, the trainer's stream is held first, so the
+// upload must wait for it (the bytes fit the staging ring: more would wait for room in it, and
+// so for the held stream).
+void uploads_into_the_trainers_memory_in_order(const std::string& library, raw_gpu& raw,
+                                               bool hold)
+{
+    const ruda::test::watchdog guard{"cuda upload into"};
+    auto device = ruda::cuda_device::open({.driver_library = library,
+                                           .piece_bytes = 64 * KiB,
+                                           .staging_bytes = 256 * KiB})
+                      .value();
+    const ruda::cuda_stream trainer = raw.new_stream();
+    const auto old_values = random_bytes(3 * 64 * KiB + 7, 5);
+    const auto restored = random_bytes(3 * 64 * KiB + 7, 6);
+    auto memory = raw.alloc(restored.size() + 64);
+    const std::vector<std::uint8_t> zeros(restored.size() + 64);
+    raw.write(*memory, zeros, trainer);
+    if (hold) {
+        fake::hold_stream(trainer, true);
+    }
+    raw.write_async(*memory, old_values, trainer); // the trainer's last step, still queued
+    const auto uploads = device.stats().uploads;
+    // At an offset into the allocation, as a tensor's storage may be.
+    const auto result = device.upload_into(*memory + 32, restored, trainer);
+    BOOST_REQUIRE_MESSAGE(result.has_value(), (result ? "" : result.error().message()));
+    BOOST_TEST(device.stats().uploads == uploads + 1);
+    if (hold) {
+        // Device memory is the double's host memory: nothing may have landed yet.
+        std::this_thread::sleep_for(200ms);
+        BOOST_TEST(std::memcmp(reinterpret_cast<const void*>(*memory), zeros.data(),
+                               zeros.size()) == 0);
+        fake::hold_stream(trainer, false);
+    }
+    // The trainer's next read sees its old bytes around the restored ones.
+    auto expected = old_values;
+    expected.resize(zeros.size());
+    std::copy(restored.begin(), restored.end(), expected.begin() + 32);
+    BOOST_TEST(raw.read(*memory, expected.size(), trainer) == expected);
+    raw.finish(trainer);
+    raw.destroy_stream(trainer);
+}
+
 // A tensor many pieces long, straight into pinned records or through the staging ring.
 void large_tensors_go_in_pieces(const std::string& library, raw_gpu& raw, bool pinned_records)
 {
@@ -578,6 +621,48 @@ BOOST_FIXTURE_TEST_CASE(fake_driver_a_copy_failing_mid_snapshot_names_the_parame
     raw.destroy_stream(producer);
 }
 
+BOOST_FIXTURE_TEST_CASE(fake_driver_uploads_into_the_trainers_memory_in_order, fake)
+{
+    raw_gpu raw{ruda::test::fake_cuda_library()};
+    uploads_into_the_trainers_memory_in_order(ruda::test::fake_cuda_library(), raw, true);
+}
+
+BOOST_FIXTURE_TEST_CASE(fake_driver_upload_into_refuses_memory_it_does_not_fit_and_names_it, fake)
+{
+    raw_gpu raw{ruda::test::fake_cuda_library()};
+    const ruda::cuda_stream trainer = raw.new_stream();
+    auto memory = raw.alloc(64);
+    const std::vector<std::uint8_t> bytes(48, 1);
+    const auto pieces = calls("cuMemcpyHtoDAsync_v2");
+
+    auto past_the_end = device.upload_into(*memory + 32, bytes, trainer);
+    BOOST_REQUIRE(!past_the_end);
+    BOOST_TEST(past_the_end.error() == errc::byte_count_mismatch);
+    BOOST_TEST(past_the_end.error().message().find("48 bytes at 0x") != std::string::npos,
+               past_the_end.error().message());
+    BOOST_TEST(past_the_end.error().message().find("do not fit the allocation of 64 bytes") !=
+                   std::string::npos,
+               past_the_end.error().message());
+
+    auto host_memory = device.upload_into(reinterpret_cast<ruda::cuda_device_ptr>(bytes.data()),
+                                          bytes, trainer);
+    BOOST_REQUIRE(!host_memory);
+    BOOST_TEST(host_memory.error() == errc::invalid_tensor);
+    BOOST_TEST(host_memory.error().message().find("not device memory") != std::string::npos);
+    BOOST_TEST(calls("cuMemcpyHtoDAsync_v2") == pieces); // nothing was copied
+
+    fail("cuMemcpyHtoDAsync_v2", 1, 700);
+    auto failed = device.upload_into(*memory, bytes, trainer);
+    BOOST_REQUIRE(!failed);
+    BOOST_TEST(failed.error() == errc::read_failed);
+    BOOST_TEST(failed.error().message().find("CUDA_ERROR_ILLEGAL_ADDRESS") != std::string::npos);
+
+    // The ring's piece went back: the next upload goes through.
+    BOOST_REQUIRE(device.upload_into(*memory, bytes, trainer).has_value());
+    BOOST_TEST(raw.read(*memory, bytes.size(), trainer) == bytes);
+    raw.destroy_stream(trainer);
+}
+
 BOOST_FIXTURE_TEST_CASE(fake_driver_upload_errors_are_named_and_leave_nothing_behind, fake)
 {
     const long allocations = count("fake_cuda_device_allocations");
@@ -670,6 +755,10 @@ BOOST_FIXTURE_TEST_CASE(fake_driver_a_device_that_is_gone_cancels_reads_and_rele
         ruda::cuda_device::from_state({}));
     BOOST_REQUIRE(!upload);
     BOOST_TEST(upload.error() == errc::device_unavailable);
+    const std::vector<std::uint8_t> bytes(4);
+    auto into = ruda::cuda_device::from_state({}).upload_into(4096, bytes, nullptr);
+    BOOST_REQUIRE(!into);
+    BOOST_TEST(into.error() == errc::device_unavailable);
 }
 
 BOOST_FIXTURE_TEST_CASE(fake_driver_host_functions_never_call_the_driver, fake)
@@ -718,6 +807,12 @@ BOOST_AUTO_TEST_CASE(gpu_large_tensors_go_in_pieces)
     raw_gpu raw{"libcuda.so.1"};
     large_tensors_go_in_pieces("libcuda.so.1", raw, true);
     large_tensors_go_in_pieces("libcuda.so.1", raw, false);
+}
+
+BOOST_AUTO_TEST_CASE(gpu_uploads_into_the_trainers_memory_in_order)
+{
+    raw_gpu raw{"libcuda.so.1"};
+    uploads_into_the_trainers_memory_in_order("libcuda.so.1", raw, false);
 }
 
 BOOST_AUTO_TEST_CASE(gpu_record_buffers_are_pinned_once_and_reused)

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +25,7 @@
 #include <functional>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace ruda::test {
@@ -175,9 +178,16 @@ public:
     {
         BOOST_REQUIRE(fd_ >= 0);
         BOOST_REQUIRE(::write(fd_, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
-        if (seal) {
-            BOOST_REQUIRE(::fcntl(fd_, F_ADD_SEALS,
-                                  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) == 0);
+        // The kernel refuses F_SEAL_WRITE (EBUSY) while it still holds extra references to the
+        // pages just written, for a moment on a busy machine; the seal is then tried again.
+        for (int attempt = 0; seal; ++attempt) {
+            if (::fcntl(fd_, F_ADD_SEALS,
+                        F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) == 0) {
+                break;
+            }
+            BOOST_REQUIRE_MESSAGE(errno == EBUSY && attempt < 100,
+                                  "cannot seal the memfd: " << std::strerror(errno));
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
     }
     ~sealed_memfd() { ::close(fd_); }

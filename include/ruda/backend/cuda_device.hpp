@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 namespace ruda {
@@ -94,6 +95,21 @@ public:
     /// Makes `stream` wait (on the GPU) for every upload issued so far, so kernels launched
     /// there after this call see the restored values. The host does not wait.
     [[nodiscard]] result<void> order_after_uploads(cuda_stream stream) const;
+    /// Copies `bytes` into device memory the caller owns (a `torch::Tensor`'s, say) at
+    /// `destination`, in place: a restore into the trainer's own tensors. The copies go through
+    /// the pinned staging ring on the upload stream, after the work queued on `consumer` so far
+    /// (which may still use the old values), and `consumer` waits for them (on the GPU): kernels
+    /// launched there after this call see the new values. Returns once the copies are queued,
+    /// waiting only for room in the ring (so, for more bytes than it holds, for `consumer`'s
+    /// earlier work); `bytes` may be reused at once. `errc::invalid_tensor` when `destination`
+    /// is not device memory, `errc::byte_count_mismatch` when the bytes run past its allocation
+    /// (both before anything is copied), `errc::device_unavailable` on the device's worker,
+    /// which an upload waits for, and `errc::read_failed` naming the driver's error when a copy
+    /// cannot be queued (the destination may then hold part of the bytes; `consumer` still
+    /// waits for the copies that were queued).
+    [[nodiscard]] result<void> upload_into(cuda_device_ptr destination,
+                                           std::span<const std::uint8_t> bytes,
+                                           cuda_stream consumer) const;
     /// Whether the calling thread is the device's worker (where a sync read must refuse).
     [[nodiscard]] bool running_in_worker_thread() const;
 
