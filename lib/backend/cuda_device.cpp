@@ -437,13 +437,13 @@ public:
         boost::asio::post(io_, [this, op] { start(op); });
     }
 
-    // `error` on the worker, which an upload would wait for (for room in the ring).
-    result<void> refuse_in_worker(const char* what) const
+    // An error on the worker, which an upload would wait for (for room in the ring).
+    result<void> refuse_upload_in_worker() const
     {
         if (in_worker()) {
             return error{errc::device_unavailable,
-                         "cuda device " + std::to_string(ordinal()) + ": " + what +
-                             " cannot run on the device's worker, which they wait for"};
+                         "cuda device " + std::to_string(ordinal()) +
+                             ": uploads cannot run on the device's worker, which they wait for"};
         }
         return success();
     }
@@ -488,7 +488,7 @@ public:
     // Any thread but the worker: device memory filled from `bytes` through the staging ring.
     result<cuda_tensor_desc> upload(std::span<const std::uint8_t> bytes, shape dims, dtype type)
     {
-        BOOST_OUTCOME_TRY(refuse_in_worker("uploads"));
+        BOOST_OUTCOME_TRY(refuse_upload_in_worker());
         BOOST_OUTCOME_TRY(context_->make_current());
         CUdeviceptr address = 0;
         BOOST_OUTCOME_TRY(context_->check(api_.cuMemAlloc(&address, std::max<std::size_t>(
@@ -513,20 +513,21 @@ public:
     result<void> upload_into(CUdeviceptr destination, std::span<const std::uint8_t> bytes,
                              cuda_stream consumer)
     {
-        BOOST_OUTCOME_TRY(refuse_in_worker("uploads"));
+        BOOST_OUTCOME_TRY(refuse_upload_in_worker());
         BOOST_OUTCOME_TRY(context_->make_current());
-        const std::string where = "cuda device " + std::to_string(ordinal()) + ": " +
-                                  std::to_string(bytes.size()) + " bytes at " +
-                                  hex(destination);
+        const auto where = [&] {
+            return "cuda device " + std::to_string(ordinal()) + ": " +
+                   std::to_string(bytes.size()) + " bytes at " + hex(destination);
+        };
         CUdeviceptr base = 0;
         std::size_t size = 0;
         if (api_.cuMemGetAddressRange(&base, &size, destination) != cuda_success) {
             return error{errc::invalid_tensor,
-                         where + " cannot be uploaded: the address is not device memory"};
+                         where() + " cannot be uploaded: the address is not device memory"};
         }
         if (bytes.size() > size - (destination - base)) {
             return error{errc::byte_count_mismatch,
-                         where + " do not fit the allocation of " + std::to_string(size) +
+                         where() + " do not fit the allocation of " + std::to_string(size) +
                              " bytes at " + hex(base)};
         }
         {
