@@ -1,6 +1,8 @@
 // The LibTorch backend: tensor checks, reads on the read workers, uploads and casts.
 #include <ruda/backend/torch_backend.hpp>
 
+#include "torch_conversions.hpp"
+
 #include <ruda/backend/detail/backend_checks.hpp>
 #include <ruda/runtime/blocking_scope.hpp>
 #include <ruda/runtime/detail/post_completion.hpp>
@@ -34,27 +36,10 @@
 namespace ruda {
 namespace {
 
-std::optional<dtype> ruda_float_dtype(c10::ScalarType type)
-{
-    switch (type) {
-    case c10::ScalarType::Double: return dtype::f64();
-    case c10::ScalarType::Float: return dtype::f32();
-    case c10::ScalarType::Half: return dtype::f16();
-    case c10::ScalarType::BFloat16: return dtype::bf16();
-    default: return std::nullopt;
-    }
-}
-
-std::optional<c10::ScalarType> torch_float_type(dtype type)
-{
-    switch (type.get_kind()) {
-    case dtype::kind::f64: return c10::ScalarType::Double;
-    case dtype::kind::f32: return c10::ScalarType::Float;
-    case dtype::kind::f16: return c10::ScalarType::Half;
-    case dtype::kind::bf16: return c10::ScalarType::BFloat16;
-    default: return std::nullopt;
-    }
-}
+using detail::ruda_float_dtype;
+using detail::ruda_shape;
+using detail::torch_float_type;
+using detail::torch_sizes;
 
 std::string type_name(const at::Tensor& tensor)
 {
@@ -90,30 +75,6 @@ result<void> check_cpu_upload(const torch_backend::device& device)
                          "; this build of ruda::torch uploads to the CPU only"};
     }
     return success();
-}
-
-result<std::vector<std::int64_t>> torch_sizes(const shape& dims)
-{
-    std::vector<std::int64_t> sizes;
-    sizes.reserve(dims.size());
-    for (const std::size_t d : dims) {
-        if (d > static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max())) {
-            return error{errc::shape_overflow,
-                         "torch backend: dimension " + std::to_string(d) + " exceeds int64"};
-        }
-        sizes.push_back(static_cast<std::int64_t>(d));
-    }
-    return sizes;
-}
-
-shape ruda_shape(const at::Tensor& tensor)
-{
-    shape dims;
-    dims.reserve(static_cast<std::size_t>(tensor.dim()));
-    for (const std::int64_t d : tensor.sizes()) {
-        dims.push_back(static_cast<std::size_t>(d));
-    }
-    return dims;
 }
 
 // A new CPU tensor of `type` and `dims`, filled with `bytes` (whose length the caller checked).

@@ -1,6 +1,8 @@
 // Between a torch module's named parameters and gradients_params keyed by their names' ids.
 #include <ruda/optim/module_gradients.hpp>
 
+#include "module_parameters.hpp"
+
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <string>
@@ -9,19 +11,13 @@
 #include <vector>
 
 namespace ruda {
-namespace {
-
-struct named_parameter {
-    std::string name;
-    at::Tensor tensor;
-};
+namespace detail {
 
 std::string label(const std::string& name, param_id id)
 {
     return "parameter " + name + " (" + to_string(id) + ")";
 }
 
-// The module's parameters by id; two names with one id are an error.
 result<std::unordered_map<param_id, named_parameter>>
 parameters_by_id(const torch::nn::Module& module)
 {
@@ -38,6 +34,14 @@ parameters_by_id(const torch::nn::Module& module)
     }
     return parameters;
 }
+
+} // namespace detail
+
+namespace {
+
+using detail::label;
+using detail::named_parameter;
+using detail::parameters_by_id;
 
 // The module's tensors chosen by `pick` (a gradient or the value), wrapped for torch_backend.
 template <class Pick>

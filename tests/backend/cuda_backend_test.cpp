@@ -31,6 +31,9 @@ namespace {
 using namespace std::chrono_literals;
 using ruda::errc;
 using cuda = ruda::cuda_backend;
+using ruda::test::control;
+using ruda::test::fake;
+using ruda::test::gpu_present;
 using ruda::test::raw_gpu;
 
 constexpr std::size_t KiB = 1024;
@@ -48,44 +51,6 @@ struct drained_io {
         io.restart();
         io.run();
     }
-};
-
-// The test double's controls.
-template <class F>
-F* control(const char* name)
-{
-    void* handle = ::dlopen(ruda::test::fake_cuda_library().c_str(), RTLD_NOW | RTLD_NOLOAD);
-    BOOST_REQUIRE(handle != nullptr);
-    auto* f = reinterpret_cast<F*>(::dlsym(handle, name));
-    BOOST_REQUIRE(f != nullptr);
-    ::dlclose(handle);
-    return f;
-}
-
-struct fake {
-    // Opening the device loads the library; the controls are looked up in it afterwards.
-    fake() { control<void()>("fake_cuda_reset")(); }
-    ~fake()
-    {
-        control<void()>("fake_cuda_reset")();
-    }
-    static ruda::cuda_device::options options()
-    {
-        return {.driver_library = ruda::test::fake_cuda_library()};
-    }
-    static void fail(const char* entry, long nth, int code)
-    {
-        control<void(const char*, long, int)>("fake_cuda_fail")(entry, nth, code);
-    }
-    static void hold_copies(bool held) { control<void(bool)>("fake_cuda_hold_copies")(held); }
-    static void hold_stream(ruda::cuda_stream s, bool held)
-    {
-        control<void(void*, bool)>("fake_cuda_hold_stream")(s, held);
-    }
-    static long count(const char* name) { return control<long()>(name)(); }
-    static long calls(const char* entry) { return control<long(const char*)>("fake_cuda_calls")(entry); }
-
-    ruda::cuda_device device = ruda::cuda_device::open(options()).value();
 };
 
 std::vector<std::uint8_t> random_bytes(std::size_t n, std::uint32_t seed)
@@ -421,11 +386,6 @@ void sync_snapshots_work_from_a_plain_thread(const ruda::cuda_device& device, ra
         BOOST_TEST(refused.error() == errc::sync_read_unavailable);
     }
     raw.destroy_stream(producer);
-}
-
-bool gpu_present()
-{
-    return static_cast<bool>(ruda::cuda_device::open());
 }
 
 } // namespace

@@ -8,6 +8,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -109,6 +111,48 @@ private:
     const detail::cuda::driver& api_;
     detail::cuda::CUcontext context_ = nullptr;
     std::vector<std::vector<std::uint8_t>> pending_;
+};
+
+/// Whether a real GPU and driver are here (the GPU suites run only then).
+inline bool gpu_present()
+{
+    return static_cast<bool>(cuda_device::open());
+}
+
+// The test double's controls.
+template <class F>
+inline F* control(const char* name)
+{
+    void* handle = ::dlopen(fake_cuda_library().c_str(), RTLD_NOW | RTLD_NOLOAD);
+    BOOST_REQUIRE(handle != nullptr);
+    auto* f = reinterpret_cast<F*>(::dlsym(handle, name));
+    BOOST_REQUIRE(f != nullptr);
+    ::dlclose(handle);
+    return f;
+}
+
+/// A fixture: the test double, reset before and after the test, and a device opened on it.
+struct fake {
+    // Opening the device loads the library; the controls are looked up in it afterwards.
+    fake() { control<void()>("fake_cuda_reset")(); }
+    ~fake() { control<void()>("fake_cuda_reset")(); }
+    static cuda_device::options options() { return {.driver_library = fake_cuda_library()}; }
+    static void fail(const char* entry, long nth, int code)
+    {
+        control<void(const char*, long, int)>("fake_cuda_fail")(entry, nth, code);
+    }
+    static void hold_copies(bool held) { control<void(bool)>("fake_cuda_hold_copies")(held); }
+    static void hold_stream(cuda_stream s, bool held)
+    {
+        control<void(void*, bool)>("fake_cuda_hold_stream")(s, held);
+    }
+    static long count(const char* name) { return control<long()>(name)(); }
+    static long calls(const char* entry)
+    {
+        return control<long(const char*)>("fake_cuda_calls")(entry);
+    }
+
+    cuda_device device = cuda_device::open(options()).value();
 };
 
 } // namespace ruda::test
