@@ -23,9 +23,9 @@
 namespace ruda {
 
 struct torch_backend {
-    /// Where a tensor lives. This build reads and uploads CPU tensors; Debian's libtorch has
-    /// no CUDA, so a tensor on another device, and an upload to one, is refused with
-    /// `errc::unsupported_device` naming the device.
+    /// Where a tensor lives. This backend reads and uploads CPU tensors: a tensor on another
+    /// device, and an upload to one, is refused with `errc::unsupported_device` naming the
+    /// device. A model on a GPU goes through `cuda_backend` (`cuda_module_gradients.hpp`).
     struct device {
         c10::Device where{c10::kCPU};
         friend bool operator==(const device&, const device&) = default;

@@ -21,7 +21,7 @@ namespace ruda {
 /// the module's tensors, not copies, each registered with its parameter's name.
 /// `errc::invalid_dtype` for a gradient of a dtype torch_backend cannot read,
 /// `errc::invalid_tensor` for a sparse one, `errc::unsupported_device` for one on a device it
-/// cannot read (a CUDA tensor with this build), and
+/// cannot read (a CUDA tensor: see `cuda_module_gradients.hpp`), and
 /// `errc::duplicate_param_id` when two names hash to one id; each message names the parameter.
 [[nodiscard]] result<gradients_params> from_module(const torch::nn::Module& module);
 
