@@ -11,9 +11,15 @@
 // one, in the middle of its window, and must end with weights bit-identical to the
 // uninterrupted run. Exits non-zero otherwise.
 //
-//   torch_trainer [--steps N] [--snapshot-every N] [--dir DIR]
+// With `--device cuda` the model trains on the GPU (a libtorch with CUDA): the snapshot borrows
+// the gradients and weights in place through `ruda::cuda_backend`; the gradients are copied on
+// the GPU into a device staging buffer when it is taken, so the loop does not wait for their
+// transfer. The restores upload into the fresh model's own tensors.
+//
+//   torch_trainer [--steps N] [--snapshot-every N] [--dir DIR] [--device cpu|cuda]
 #include "common/checkpoint_dir.hpp"
 
+#include <ruda/optim/cuda_module_gradients.hpp>
 #include <ruda/optim/module_gradients.hpp>
 #include <ruda/ruda.hpp>
 
@@ -70,19 +76,23 @@ struct mlp : torch::nn::Module {
     torch::nn::Linear fc3{nullptr};
 };
 
-// The same weights in every run: the seed decides them.
-std::shared_ptr<mlp> fresh_model()
+// The same weights in every run: the seed decides them (on the CPU, then moved).
+std::shared_ptr<mlp> fresh_model(const c10::Device& device)
 {
     torch::manual_seed(1);
-    return std::make_shared<mlp>();
+    auto model = std::make_shared<mlp>();
+    model->to(device);
+    return model;
 }
 
 struct dataset {
-    dataset()
+    explicit dataset(const c10::Device& device)
     {
         torch::manual_seed(2);
         x = torch::randn({samples, inputs});
         y = torch::sin(x.matmul(torch::randn({inputs, outputs})) * 0.2);
+        x = x.to(device);
+        y = y.to(device);
     }
     torch::Tensor x;
     torch::Tensor y;
@@ -131,8 +141,10 @@ bool same_bits(const torch::Tensor& a, const torch::Tensor& b)
     if (!a.defined()) {
         return true;
     }
+    const auto ha = a.cpu().contiguous();
+    const auto hb = b.cpu().contiguous();
     return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() &&
-           (a.numel() == 0 || std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(),
+           (a.numel() == 0 || std::memcmp(ha.data_ptr(), hb.data_ptr(),
                                           static_cast<std::size_t>(a.numel()) *
                                               a.element_size()) == 0);
 }
@@ -152,9 +164,9 @@ bool same_state(mlp& a, mlp& b)
 }
 
 // A copy of a model's weights and gradients, as the snapshot must hold them.
-std::shared_ptr<mlp> copy_of(mlp& model)
+std::shared_ptr<mlp> copy_of(mlp& model, const c10::Device& device)
 {
-    auto copy = fresh_model();
+    auto copy = fresh_model(device);
     const auto from = model.named_parameters();
     const torch::NoGradGuard no_grad;
     for (auto& item : copy->named_parameters()) {
@@ -169,11 +181,18 @@ struct options {
     std::uint64_t steps = 60;
     std::uint64_t snapshot_every = 10;
     std::optional<fs::path> dir;
+    c10::Device device{c10::kCPU};
 };
 
 struct run_state {
-    explicit run_state(const fs::path& dir) : manager(dir, {.keep_last = 3}) {}
+    run_state(const fs::path& dir, const c10::Device& where,
+              std::optional<ruda::cuda_module_device> on_gpu)
+        : manager(dir, {.keep_last = 3}), device(where), gpu(std::move(on_gpu))
+    {
+    }
     ruda::checkpoint_manager manager;
+    c10::Device device;
+    std::optional<ruda::cuda_module_device> gpu; // with --device cuda
     std::map<std::uint64_t, std::shared_ptr<mlp>> expected; // step -> state at its snapshot
     std::uint64_t durable = 0;
     std::size_t in_flight = 0;
@@ -195,22 +214,43 @@ boost::asio::awaitable<void> wait_durable(ruda::pending_save pending, run_state&
     --run.in_flight;
 }
 
-// Stages a checkpoint of the model at `at`: the weights as a section, the gradients as the
-// checkpoint's record. Returns once both are in host memory: whether they are.
-boost::asio::awaitable<bool> checkpoint_now(mlp& model, const position& at, run_state& run)
+// The weights' record and the gradients of `model`, on backend `B`: torch_backend's copies on
+// the CPU, cuda_backend's borrowed device memory on the GPU.
+template <class B>
+boost::asio::awaitable<ruda::result<std::pair<ruda::gradients_params_record, ruda::gradients_params>>>
+snapshot_of(mlp& model, const run_state& run)
+{
+    auto values = run.gpu ? ruda::parameters_from_module(model, *run.gpu)
+                          : ruda::parameters_from_module(model);
+    auto grads = run.gpu ? ruda::from_module(model, *run.gpu) : ruda::from_module(model);
+    if (!values || !grads) {
+        co_return (!values ? values.error() : grads.error());
+    }
+    auto weights = co_await values.value().template to_record_async<B>();
+    if (!weights) {
+        co_return weights.error();
+    }
+    co_return std::pair{std::move(weights).value(), std::move(grads).value()};
+}
+
+// Stages a checkpoint of the model at `at` on backend `B`: the weights as a section, the
+// gradients as the checkpoint's record. Returns once both are staged (in host memory, or in
+// the GPU's staging buffer): whether they are.
+template <class B>
+boost::asio::awaitable<bool> checkpoint_on(mlp& model, const position& at, run_state& run)
 {
     const auto ex = co_await boost::asio::this_coro::executor;
-    auto weights = co_await ruda::parameters_from_module(model).value().to_record_async<tb>();
-    auto grads = ruda::from_module(model);
-    if (!weights || !grads) {
-        run.failure = "snapshot: " + (!weights ? weights.error() : grads.error()).message();
+    auto snapshot = co_await snapshot_of<B>(model, run);
+    if (!snapshot) {
+        run.failure = "snapshot: " + snapshot.error().message();
         co_return false;
     }
+    auto& [weights, grads] = snapshot.value();
     ruda::checkpoint state;
     state.put("position", at).value();
-    state.put("weights", weights.value()).value();
-    auto pending = co_await run.manager.async_save<tb>(at.step, grads.value(), std::move(state),
-                                                       {}, boost::asio::use_awaitable);
+    state.put("weights", weights).value();
+    auto pending = co_await run.manager.async_save<B>(at.step, grads, std::move(state), {},
+                                                      boost::asio::use_awaitable);
     if (!pending) {
         run.failure = "snapshot: " + pending.error().message();
         co_return false;
@@ -220,11 +260,17 @@ boost::asio::awaitable<bool> checkpoint_now(mlp& model, const position& at, run_
     co_return true;
 }
 
+boost::asio::awaitable<bool> checkpoint_now(mlp& model, const position& at, run_state& run)
+{
+    return run.gpu ? checkpoint_on<ruda::cuda_backend>(model, at, run)
+                   : checkpoint_on<tb>(model, at, run);
+}
+
 boost::asio::awaitable<void> train(const options& opts, run_state& run)
 {
     const auto ex = co_await boost::asio::this_coro::executor;
-    const dataset data;
-    auto model = fresh_model();
+    const dataset data{run.device};
+    auto model = fresh_model(run.device);
     torch::optim::SGD optimizer{model->parameters(), learning_rate};
     position at;
     double window_loss = 0;
@@ -240,7 +286,7 @@ boost::asio::awaitable<void> train(const options& opts, run_state& run)
             const bool staged = co_await checkpoint_now(*model, at, run);
             blocked += clock_type::now() - t0;
             if (staged) {
-                run.expected[at.step] = copy_of(*model); // what verify() compares it with
+                run.expected[at.step] = copy_of(*model, run.device); // what verify() compares
             }
         }
         if (at.micro == 0) {
@@ -263,15 +309,20 @@ boost::asio::awaitable<void> train(const options& opts, run_state& run)
 }
 
 // A model restored from checkpoint `step`, and where its training stood.
-ruda::result<std::pair<std::shared_ptr<mlp>, position>>
-restore(const ruda::checkpoint_manager& manager, std::uint64_t step)
+ruda::result<std::pair<std::shared_ptr<mlp>, position>> restore(const run_state& run,
+                                                                std::uint64_t step)
 {
-    BOOST_OUTCOME_TRY(auto loaded, manager.load(step));
+    BOOST_OUTCOME_TRY(auto loaded, run.manager.load(step));
     position at;
     ruda::gradients_params_record weights;
     BOOST_OUTCOME_TRY(loaded.get("position", at));
     BOOST_OUTCOME_TRY(loaded.get("weights", weights));
-    auto model = fresh_model();
+    auto model = fresh_model(run.device);
+    if (run.gpu) { // uploaded into the model's own tensors
+        BOOST_OUTCOME_TRY(ruda::restore_parameters(weights, *model, *run.gpu));
+        BOOST_OUTCOME_TRY(ruda::restore_gradients(loaded.gradients(), *model, *run.gpu));
+        return std::pair{model, at};
+    }
     BOOST_OUTCOME_TRY(auto values, ruda::gradients_params::from_record<tb>(std::move(weights), {}));
     BOOST_OUTCOME_TRY(ruda::restore_parameters(values, *model));
     BOOST_OUTCOME_TRY(auto grads,
@@ -295,7 +346,7 @@ int verify(const options& opts, run_state& run)
                 100.0 * run.blocked_seconds / run.wall_seconds);
     std::size_t identical = 0;
     for (const std::uint64_t step : on_disk) {
-        auto restored = restore(run.manager, step);
+        auto restored = restore(run, step);
         const auto expected = run.expected.find(step);
         if (!restored || expected == run.expected.end()) {
             std::printf("step %llu: %s\n", static_cast<unsigned long long>(step),
@@ -320,7 +371,7 @@ int verify(const options& opts, run_state& run)
         std::printf("no latest checkpoint\n");
         return failures + 1;
     }
-    auto resumed = restore(run.manager, *latest.value());
+    auto resumed = restore(run, *latest.value());
     if (!resumed) {
         std::printf("cannot restore the latest checkpoint: %s\n",
                     resumed.error().message().c_str());
@@ -328,7 +379,7 @@ int verify(const options& opts, run_state& run)
     }
     auto [model, at] = resumed.value();
     const position from = at;
-    const dataset data;
+    const dataset data{run.device};
     torch::optim::SGD optimizer{model->parameters(), learning_rate};
     while (at.step < opts.steps) {
         train_micro_batch(data, *model, optimizer, at);
@@ -354,6 +405,12 @@ std::optional<options> parse(int argc, char** argv)
             opts.snapshot_every = std::strtoull(argv[++i], nullptr, 10);
         } else if (arg == "--dir" && has_value) {
             opts.dir = argv[++i];
+        } else if (arg == "--device" && has_value) {
+            const std::string device = argv[++i];
+            if (device != "cpu" && device != "cuda") {
+                return std::nullopt;
+            }
+            opts.device = device == "cuda" ? c10::Device{c10::kCUDA, 0} : c10::Device{c10::kCPU};
         } else {
             return std::nullopt;
         }
@@ -370,20 +427,38 @@ int main(int argc, char** argv)
 {
     const auto opts = parse(argc, argv);
     if (!opts) {
-        std::fprintf(stderr, "usage: %s [--steps N] [--snapshot-every N (1..steps)] [--dir DIR]\n",
+        std::fprintf(stderr,
+                     "usage: %s [--steps N] [--snapshot-every N (1..steps)] [--dir DIR] "
+                     "[--device cpu|cuda]\n",
                      argv[0]);
         return 2;
+    }
+    std::optional<ruda::cuda_module_device> gpu;
+    if (opts->device.is_cuda()) {
+        if (!ruda::torch_has_cuda()) {
+            std::fprintf(stderr, "--device cuda: libtorch %s has no CUDA here\n", TORCH_VERSION);
+            return 1;
+        }
+        // A device staging buffer larger than the model's gradients: a snapshot copies them on
+        // the GPU when it is taken, and the loop goes on without waiting for the transfer.
+        auto opened = ruda::cuda_device::open({.ordinal = 0, .device_staging_bytes = 8U << 20U});
+        if (!opened) {
+            std::fprintf(stderr, "--device cuda: %s\n", opened.error().message().c_str());
+            return 1;
+        }
+        gpu = ruda::cuda_module_device{opened.value()};
     }
     const examples::checkpoint_dir where{opts->dir, "ruda-torch-trainer"};
     if (!where.ok()) {
         return 1;
     }
     const fs::path& dir = where.path();
-    std::printf("torch MLP %lld-%lld-%lld-%lld (libtorch %s), %lld samples per micro-batch, %lld "
-                "micro-batches per step, %llu steps;\ncheckpoint mid-window every %llu steps "
-                "into %s, %zu read workers\n\n",
+    std::printf("torch MLP %lld-%lld-%lld-%lld (libtorch %s) on %s, %lld samples per micro-batch, "
+                "%lld micro-batches per step, %llu steps;\ncheckpoint mid-window every %llu "
+                "steps into %s, %zu read workers\n\n",
                 static_cast<long long>(inputs), static_cast<long long>(hidden),
                 static_cast<long long>(hidden), static_cast<long long>(outputs), TORCH_VERSION,
+                gpu ? (gpu->device.name() + " (" + opts->device.str() + ")").c_str() : "the CPU",
                 static_cast<long long>(batch), static_cast<long long>(accumulate),
                 static_cast<unsigned long long>(opts->steps),
                 static_cast<unsigned long long>(opts->snapshot_every), dir.c_str(),
@@ -392,7 +467,7 @@ int main(int argc, char** argv)
     boost::asio::io_context io{1};
     int failures = 0;
     {
-        run_state run{dir};
+        run_state run{dir, opts->device, gpu};
         boost::asio::co_spawn(io, train(*opts, run), [](std::exception_ptr e) {
             if (e) {
                 std::rethrow_exception(e);
