@@ -53,6 +53,16 @@ inline double median(std::vector<double> v)
     return v[v.size() / 2];
 }
 
+/// The median of `reps` runs of `run`, each returning its own figure.
+inline double median_of(int reps, const std::function<double()>& run)
+{
+    std::vector<double> figures;
+    for (int i = 0; i < reps; ++i) {
+        figures.push_back(run());
+    }
+    return median(figures);
+}
+
 /// fsync of a file another library wrote (torch::save does not sync); exits if it fails.
 inline void fsync_file(const std::filesystem::path& path)
 {

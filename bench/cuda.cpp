@@ -137,15 +137,6 @@ ruda::gradients_params borrowed_tensors(raw& gpu, const ruda::cuda_device& devic
     return grads;
 }
 
-double median_of(int reps, const std::function<double()>& run)
-{
-    std::vector<double> times;
-    for (int i = 0; i < reps; ++i) {
-        times.push_back(run());
-    }
-    return bench::median(times);
-}
-
 } // namespace
 
 int main(int argc, char** argv)
@@ -187,7 +178,7 @@ int main(int argc, char** argv)
     double limit_s = 0;
     {
         pinned_buffer target{api, total};
-        limit_s = median_of(a.reps + 1, [&] {
+        limit_s = bench::median_of(a.reps + 1, [&] {
             return bench::seconds([&] {
                 for (std::size_t t = 0; t < a.tensors; ++t) {
                     check(api.cuMemcpyDtoHAsync(target.data + t * tensor_bytes, large + t * tensor_bytes,
@@ -217,7 +208,7 @@ int main(int argc, char** argv)
         }
     }
     kept.reset();
-    const double snapshot_s = median_of(a.reps, [&] {
+    const double snapshot_s = bench::median_of(a.reps, [&] {
         return bench::seconds([&] { (void)bench::run(grads.to_record_async<cuda>()); });
     });
     out.add("first_snapshot_s", first_s);
@@ -277,7 +268,7 @@ int main(int argc, char** argv)
         const drv::CUdeviceptr base = gpu.alloc(a.small * a.small_bytes);
         auto small = borrowed_tensors(gpu, device.value(), base, a.small, a.small_bytes);
         pinned_buffer target{api, a.small_bytes};
-        const double per_copy_s = median_of(a.reps, [&] {
+        const double per_copy_s = bench::median_of(a.reps, [&] {
             return bench::seconds([&] {
                 for (std::size_t i = 0; i < a.small; ++i) {
                     check(api.cuMemcpyDtoHAsync(target.data, base + i * a.small_bytes, a.small_bytes,
@@ -290,7 +281,7 @@ int main(int argc, char** argv)
         const ruda::snapshot_options wide{.max_in_flight = 4096,
                                           .max_in_flight_bytes = std::size_t{1} << 30U};
         (void)bench::run(small.to_record_async<cuda>(wide)); // pins the record buffers
-        const double per_tensor_s = median_of(a.reps, [&] {
+        const double per_tensor_s = bench::median_of(a.reps, [&] {
             return bench::seconds([&] { (void)bench::run(small.to_record_async<cuda>(wide)); });
         }) / static_cast<double>(a.small);
         out.add("small_tensors", static_cast<double>(a.small));
