@@ -60,8 +60,10 @@ struct cuda_module_device {
 /// Uploads each gradient of `record` into its parameter's `.grad()`, in place, and clears
 /// (makes undefined) the gradients of parameters the record does not hold, so the module has
 /// exactly the record's gradients. A parameter whose gradient is undefined, or not a dense
-/// tensor of its dtype and shape on the device, gets a new one in memory ruda allocates. Data
-/// stored narrower (a precision setting) is widened on the host to the gradient's dtype first.
+/// tensor of its dtype and shape on the device, gets a new one: from torch's allocator, on
+/// torch's current stream (so `on.stream` should be that stream), or, where libtorch has no
+/// CUDA, in memory ruda allocates. Data stored narrower (a precision setting) is widened on the
+/// host to the gradient's dtype first.
 /// The uploads go after the work queued on `on.stream` and before the work queued there next;
 /// the call returns once they are queued.
 ///
