@@ -11,7 +11,6 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/version.h>
 
-#include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
@@ -23,6 +22,7 @@
 namespace ruda {
 namespace {
 
+using detail::about;
 using detail::label;
 using detail::named_parameter;
 using detail::parameters_by_id;
@@ -51,19 +51,22 @@ result<void> check_device(const cuda_device& device)
     return success();
 }
 
+std::string gpu_name(int ordinal) { return "cuda:" + std::to_string(ordinal); }
+
 // The tensor's dtype when ruda can read and write its bytes in place on `device`: a dense
 // float tensor on that GPU.
 result<dtype> check_dense_on(const at::Tensor& tensor, const cuda_device& device)
 {
-    const std::string gpu = "cuda:" + std::to_string(device.ordinal());
     if (!tensor.is_cuda()) {
         return error{errc::unsupported_device,
-                     "the tensor is on " + tensor.device().str() + ", not " + gpu +
+                     "the tensor is on " + tensor.device().str() + ", not " +
+                         gpu_name(device.ordinal()) +
                          " (from_module without a device reads CPU tensors)"};
     }
     if (tensor.device().index() != device.ordinal()) {
-        return error{errc::unsupported_device,
-                     "the tensor is on " + tensor.device().str() + ", and the device is " + gpu};
+        return error{errc::unsupported_device, "the tensor is on " + tensor.device().str() +
+                                                   ", and the device is " +
+                                                   gpu_name(device.ordinal())};
     }
     if (tensor.layout() != c10::kStrided) {
         return error{errc::invalid_tensor, "the tensor has a sparse or other non-strided layout"};
@@ -79,11 +82,6 @@ result<dtype> check_dense_on(const at::Tensor& tensor, const cuda_device& device
                                               " tensors are not float gradients"};
     }
     return *type;
-}
-
-error naming(const named_parameter& parameter, param_id id, const error& why)
-{
-    return error{why.code(), label(parameter.name, id) + ": " + why.message()};
 }
 
 result<cuda_stream> stream_of(const cuda_module_device& on)
@@ -110,7 +108,7 @@ result<gradients_params> borrow_all(const torch::nn::Module& module, const cuda_
         }
         const auto type = check_dense_on(tensor, on.device);
         if (!type) {
-            return naming(parameter, id, type.error());
+            return about(parameter, id, type.error());
         }
         if (!producer) {
             BOOST_OUTCOME_TRY(producer, stream_of(on));
@@ -121,7 +119,7 @@ result<gradients_params> borrow_all(const torch::nn::Module& module, const cuda_
                                              *producer,
                                              std::make_shared<const at::Tensor>(std::move(tensor)));
         if (!borrowed) {
-            return naming(parameter, id, borrowed.error());
+            return about(parameter, id, borrowed.error());
         }
         out.insert<cuda_backend>(id, tensor_primitive<cuda_backend>{std::move(borrowed).value()},
                                  parameter.name);
@@ -153,7 +151,7 @@ plan_uploads(const gradients_params_record& record,
         named_parameter& parameter = found->second;
         const auto type = check_dense_on(parameter.tensor, device);
         if (!type) {
-            return naming(parameter, entry.id, type.error());
+            return about(parameter, entry.id, type.error());
         }
         if (entry.dtype != type.value()) {
             return error{errc::invalid_dtype, label(parameter.name, entry.id) + ": dtype " +
@@ -180,7 +178,7 @@ result<tensor_data> values_of(const planned_upload& upload)
     }
     auto widened = stored.convert(upload.type);
     if (!widened) {
-        return naming(*upload.parameter, upload.entry->id, widened.error());
+        return about(*upload.parameter, upload.entry->id, widened.error());
     }
     return widened;
 }
@@ -192,7 +190,7 @@ result<void> upload_in_place(const planned_upload& upload, at::Tensor& target,
     const auto address = reinterpret_cast<cuda_device_ptr>(target.data_ptr());
     if (auto uploaded = on.device.upload_into(address, values.bytes().span(), consumer);
         !uploaded) {
-        return naming(*upload.parameter, upload.entry->id, uploaded.error());
+        return about(*upload.parameter, upload.entry->id, uploaded.error());
     }
     // As torch's own in-place writes do: autograd sees that the tensor changed.
     target.unsafeGetTensorImpl()->bump_version();
@@ -254,7 +252,7 @@ result<void> restore_gradient(const planned_upload& upload, const cuda_module_de
     BOOST_OUTCOME_TRY(auto values, values_of(upload));
     auto memory = cuda_backend::float_from_data(std::move(values), on.device);
     if (!memory) {
-        return naming(*upload.parameter, upload.entry->id, memory.error());
+        return about(*upload.parameter, upload.entry->id, memory.error());
     }
     parameter.mutable_grad() = tensor_over(memory.value(), parameter);
     filled_on_upload_stream = true;
@@ -267,12 +265,11 @@ bool torch_has_cuda() noexcept { return c10::impl::hasDeviceGuardImpl(c10::Devic
 
 result<cuda_stream> torch_current_cuda_stream(int ordinal)
 {
-    const std::string gpu = "cuda:" + std::to_string(ordinal);
     if (!torch_has_cuda()) {
         return error{errc::device_unavailable,
                      "libtorch " TORCH_VERSION " has no CUDA here (its CUDA library is not "
                      "loaded), so it has no current stream of " +
-                         gpu + ": pass the trainer's stream"};
+                         gpu_name(ordinal) + ": pass the trainer's stream"};
     }
     try {
         const c10::Device device{c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(ordinal)};
@@ -283,7 +280,7 @@ result<cuda_stream> torch_current_cuda_stream(int ordinal)
         }
     } catch (const std::exception& e) {
         return error{errc::device_unavailable,
-                     "torch's current stream of " + gpu + ": " + e.what()};
+                     "torch's current stream of " + gpu_name(ordinal) + ": " + e.what()};
     }
     return error{errc::unsupported_device,
                  "libtorch " TORCH_VERSION " cannot give a CUDA stream's handle: pass the "

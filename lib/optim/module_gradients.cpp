@@ -18,6 +18,11 @@ std::string label(const std::string& name, param_id id)
     return "parameter " + name + " (" + to_string(id) + ")";
 }
 
+error about(const named_parameter& parameter, param_id id, const error& why)
+{
+    return error{why.code(), label(parameter.name, id) + ": " + why.message()};
+}
+
 result<std::unordered_map<param_id, named_parameter>>
 parameters_by_id(const torch::nn::Module& module)
 {
@@ -39,6 +44,7 @@ parameters_by_id(const torch::nn::Module& module)
 
 namespace {
 
+using detail::about;
 using detail::label;
 using detail::named_parameter;
 using detail::parameters_by_id;
@@ -56,8 +62,7 @@ result<gradients_params> collect(const torch::nn::Module& module, Pick pick)
         }
         auto wrapped = torch_backend::float_tensor::wrap(std::move(tensor));
         if (!wrapped) {
-            return error{wrapped.error().code(),
-                         label(parameter.name, id) + ": " + wrapped.error().message()};
+            return about(parameter, id, wrapped.error());
         }
         out.insert<torch_backend>(id, tensor_primitive<torch_backend>{std::move(wrapped).value()},
                                   parameter.name);

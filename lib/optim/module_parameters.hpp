@@ -21,6 +21,9 @@ struct named_parameter {
 /// "parameter fc1.weight (id)", as every message about one names it.
 [[nodiscard]] std::string label(const std::string& name, param_id id);
 
+/// `why`, its message prefixed with the parameter's label.
+[[nodiscard]] error about(const named_parameter& parameter, param_id id, const error& why);
+
 /// The module's parameters by `param_id::from_name` of their names; two names with one id are
 /// `errc::duplicate_param_id` naming both.
 [[nodiscard]] result<std::unordered_map<param_id, named_parameter>>
