@@ -33,9 +33,9 @@ error in_file(const std::filesystem::path& path, const error& cause)
 }
 
 // How messages name a payload.
-std::string payload_name(const checkpoint_entry_info& entry)
+std::string payload_name(param_id entry)
 {
-    return "the gradient of parameter " + to_string(entry.id);
+    return "the gradient of parameter " + to_string(entry);
 }
 
 std::string payload_name(const checkpoint_section_info& section)
@@ -425,7 +425,7 @@ result<storage> checkpoint_reader::read_payload(const payload_location& payload,
 result<tensor_data> checkpoint_reader::read_entry(const checkpoint_entry_info& entry,
                                                   bool verify) const
 {
-    BOOST_OUTCOME_TRY(auto bytes, read_payload(entry.payload, verify, payload_name(entry)));
+    BOOST_OUTCOME_TRY(auto bytes, read_payload(entry.payload, verify, payload_name(entry.id)));
     return tensor_data{std::move(bytes), entry.shape, entry.stored};
 }
 
@@ -450,16 +450,17 @@ std::string checkpoint_reader::mapping_reason(const checkpoint_load_options& opt
     return detail::unchangeable_because(source_.fd());
 }
 
-// One payload to load, and where its bytes end up.
+// One payload to load, and where its bytes end up. It holds a copy of where the payload lies,
+// so that a reader being consumed can free its index before the payloads arrive.
 struct checkpoint_reader::payload_request {
-    const payload_location* payload;
-    const checkpoint_entry_info* entry;     // null for a section
+    payload_location payload;
+    param_id entry{0};                      // the entry's id, when `section` is null
     const checkpoint_section_info* section; // null for an entry
     storage bytes;
 
     [[nodiscard]] std::string name() const
     {
-        return entry != nullptr ? payload_name(*entry) : payload_name(*section);
+        return section == nullptr ? payload_name(entry) : payload_name(*section);
     }
 };
 
@@ -513,8 +514,24 @@ result<checkpoint> checkpoint_reader::load(const checkpoint_load_options& option
 result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options& options,
                                                    std::vector<checkpoint_entry_info>* spent) const
 {
-    // What to read: the selected entries, then every section.
-    std::vector<payload_request> requests;
+    // What to read: the selected entries, then every section. The entries are made first, their
+    // bytes filled in once read. A reader being consumed gives its shapes and names away rather
+    // than copying them, then frees its index before the requests are made: at most the index
+    // and the entries are in memory together.
+    std::vector<gradient_entry> entries;
+    std::vector<payload_location> where; // each entry's payload
+    const auto select = [&](const checkpoint_entry_info& info) {
+        where.push_back(info.payload);
+        if (spent != nullptr) {
+            auto& given = (*spent)[static_cast<std::size_t>(&info - spent->data())];
+            entries.push_back({info.id, info.original,
+                               tensor_data{storage{}, std::move(given.shape), info.stored},
+                               std::move(given.name)});
+        } else {
+            entries.push_back({info.id, info.original,
+                               tensor_data{storage{}, info.shape, info.stored}, info.name});
+        }
+    };
     if (options.only_ids) {
         std::unordered_map<param_id, const checkpoint_entry_info*> by_id;
         for (const auto& entry : index_.entries) {
@@ -529,26 +546,36 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
                                                          to_string(id)};
             }
             if (wanted.insert(id).second) {
-                requests.push_back({&found->second->payload, found->second, nullptr, {}});
+                select(*found->second);
             }
         }
     } else {
-        requests.reserve(index_.entries.size() + index_.sections.size());
+        entries.reserve(index_.entries.size());
+        where.reserve(index_.entries.size());
         for (const auto& entry : index_.entries) {
-            requests.push_back({&entry.payload, &entry, nullptr, {}});
+            select(entry);
         }
     }
+    if (spent != nullptr) {
+        std::vector<checkpoint_entry_info>{}.swap(*spent);
+    }
+    std::vector<payload_request> requests;
+    requests.reserve(entries.size() + index_.sections.size());
+    for (std::size_t k = 0; k < entries.size(); ++k) {
+        requests.push_back({where[k], entries[k].id, nullptr, {}});
+    }
+    std::vector<payload_location>{}.swap(where);
     const std::size_t entry_count = requests.size();
     for (const auto& section : index_.sections) {
-        requests.push_back({&section.payload, nullptr, &section, {}});
+        requests.push_back({section.payload, param_id{0}, &section, {}});
     }
     std::vector<std::uint32_t> in_order(requests.size());
     for (std::uint32_t k = 0; k < in_order.size(); ++k) {
         in_order[k] = k;
     }
     const auto before = [&](std::uint32_t a, std::uint32_t b) {
-        const auto& pa = *requests[a].payload;
-        const auto& pb = *requests[b].payload;
+        const auto& pa = requests[a].payload;
+        const auto& pb = requests[b].payload;
         return std::pair{pa.offset, pa.length} < std::pair{pb.offset, pb.length};
     };
     if (!std::is_sorted(in_order.begin(), in_order.end(), before)) { // ruda writes in order
@@ -558,7 +585,7 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
     const bool full = !options.only_ids;
     std::uint64_t payload_total = 0;
     for (const payload_request& r : requests) {
-        payload_total += r.payload->length;
+        payload_total += r.payload.length;
     }
     detail::progress_meter progress{options.on_progress, payload_total};
     if (const auto reason = mapping_reason(options); !reason.empty()) {
@@ -569,17 +596,8 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
                                         options.readers, progress));
     }
 
-    std::vector<gradient_entry> entries;
-    entries.reserve(entry_count);
     for (std::size_t k = 0; k < entry_count; ++k) {
-        const checkpoint_entry_info& info = *requests[k].entry;
-        // A reader being consumed gives its shapes away rather than copying them.
-        auto dims = spent != nullptr
-                        ? std::move((*spent)[static_cast<std::size_t>(&info - spent->data())].shape)
-                        : info.shape;
-        entries.push_back({info.id, info.original,
-                           tensor_data{std::move(requests[k].bytes), std::move(dims), info.stored},
-                           info.name});
+        entries[k].data = std::move(entries[k].data).with_bytes(std::move(requests[k].bytes));
     }
     gradients_params_record record{std::move(entries)};
     if (auto valid = validate_gradients_record(record); !valid) {
@@ -630,13 +648,13 @@ result<void> checkpoint_reader::map_payloads(std::vector<payload_request>& reque
         std::uint64_t cursor = job.padding_from;
         for (std::size_t i = job.first; i < job.last; ++i) {
             payload_request& r = requests[in_order[i]];
-            BOOST_OUTCOME_TRY(padding(cursor, r.payload->offset));
-            r.bytes = file.slice(r.payload->offset, r.payload->length);
-            if (verify && detail::checksum(r.bytes) != r.payload->checksum) {
+            BOOST_OUTCOME_TRY(padding(cursor, r.payload.offset));
+            r.bytes = file.slice(r.payload.offset, r.payload.length);
+            if (verify && detail::checksum(r.bytes) != r.payload.checksum) {
                 return mismatch(r.name());
             }
-            cursor = std::max(cursor, r.payload->offset + r.payload->length);
-            BOOST_OUTCOME_TRY(progress.add(r.payload->length));
+            cursor = std::max(cursor, r.payload.offset + r.payload.length);
+            BOOST_OUTCOME_TRY(progress.add(r.payload.length));
         }
         return success();
     };
@@ -652,11 +670,11 @@ checkpoint_reader::read_plan checkpoint_reader::plan_reads(
 {
     read_plan plan;
     for (std::size_t i = 0; i < in_order.size();) {
-        const payload_location& first = *requests[in_order[i]].payload;
+        const payload_location& first = requests[in_order[i]].payload;
         std::size_t end = i + 1;
         std::uint64_t run_end = first.offset + first.length;
         while (first.length < small_payload && end < in_order.size()) {
-            const payload_location& next = *requests[in_order[end]].payload;
+            const payload_location& next = requests[in_order[end]].payload;
             const std::uint64_t next_end = std::max(run_end, next.offset + next.length);
             if (next.length >= small_payload || next.offset > run_end + run_gap ||
                 next_end - first.offset > run_limit) {
@@ -697,7 +715,7 @@ result<void> checkpoint_reader::read_job_payloads(std::vector<payload_request>& 
                                                   const read_job& job, bool full, bool verify,
                                                   detail::progress_meter& progress) const
 {
-    const payload_location& first = *requests[in_order[job.first]].payload;
+    const payload_location& first = requests[in_order[job.first]].payload;
     if (full) {
         BOOST_OUTCOME_TRY(check_padding(job.padding_from, first.offset));
     }
@@ -724,7 +742,7 @@ result<void> checkpoint_reader::read_job_payloads(std::vector<payload_request>& 
     // A run: one read, the payloads slices of it, the padding between them checked in place.
     std::uint64_t run_end = first.offset;
     for (std::size_t i = job.first; i < job.last; ++i) {
-        const payload_location& p = *requests[in_order[i]].payload;
+        const payload_location& p = requests[in_order[i]].payload;
         run_end = std::max(run_end, p.offset + p.length);
     }
     BOOST_OUTCOME_TRY(auto run,
@@ -734,17 +752,17 @@ result<void> checkpoint_reader::read_job_payloads(std::vector<payload_request>& 
     std::uint64_t run_bytes = 0; // the payloads' own bytes, for the progress report
     for (std::size_t i = job.first; i < job.last; ++i) {
         payload_request& r = requests[in_order[i]];
-        run_bytes += r.payload->length;
-        const std::uint64_t at = r.payload->offset;
+        run_bytes += r.payload.length;
+        const std::uint64_t at = r.payload.offset;
         if (full && cursor < at &&
             !all_zero(run.span().subspan(cursor - first.offset, at - cursor))) {
             return nonzero_padding(cursor, at);
         }
-        r.bytes = run.slice(at - first.offset, r.payload->length);
-        if (verify && detail::checksum(r.bytes) != r.payload->checksum) {
+        r.bytes = run.slice(at - first.offset, r.payload.length);
+        if (verify && detail::checksum(r.bytes) != r.payload.checksum) {
             return mismatch(r.name());
         }
-        cursor = std::max(cursor, at + r.payload->length);
+        cursor = std::max(cursor, at + r.payload.length);
     }
     return progress.add(run_bytes);
 }

@@ -187,6 +187,34 @@ BOOST_AUTO_TEST_CASE(partial_load_reads_only_the_selected_gradients)
                  {.only_ids = std::vector<ruda::param_id>{ruda::param_id{3}, ruda::param_id{99}}});
 }
 
+BOOST_AUTO_TEST_CASE(a_reader_loads_keeping_its_index_or_consumed_without_it)
+{
+    const temp_dir dir;
+    const auto path = saved_sample(dir);
+    const auto all = ruda::test::valid_sample().entries();
+    auto reader = ruda::checkpoint_reader::open(path).value();
+    const std::size_t indexed = reader.index().entries.size();
+
+    // Loaded from a reader kept: the same contents, and the index is still whole.
+    const auto kept = reader.load();
+    BOOST_REQUIRE(kept);
+    BOOST_TEST((kept.value().gradients().entries() == all));
+    BOOST_TEST(reader.index().entries.size() == indexed);
+    BOOST_TEST(reader.index().entries[2].shape == all[2].data.shape());
+    const auto some = reader.load({.only_ids = std::vector<ruda::param_id>{ruda::param_id{11}}});
+    BOOST_REQUIRE(some);
+    BOOST_REQUIRE_EQUAL(some.value().gradients().entries().size(), 1U);
+    BOOST_TEST((some.value().gradients().entries()[0] == all[10]));
+    BOOST_TEST(reader.index().entries.size() == indexed);
+
+    // Consumed: the same contents again; the index's entries went to the checkpoint.
+    const auto consumed = std::move(reader).load();
+    BOOST_REQUIRE(consumed);
+    BOOST_TEST((consumed.value() == kept.value()));
+    BOOST_TEST(reader.index().entries.empty()); // NOLINT(bugprone-use-after-move): documented
+    BOOST_TEST(reader.index().sections.size() == 3U);
+}
+
 BOOST_AUTO_TEST_CASE(a_newer_format_version_asks_for_an_upgrade)
 {
     const temp_dir dir;

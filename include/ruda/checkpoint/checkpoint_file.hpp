@@ -141,8 +141,9 @@ public:
     /// full load also checks that the padding between payloads is zero, so that no byte of the
     /// file goes unchecked.
     [[nodiscard]] result<checkpoint> load(const checkpoint_load_options& options = {}) const&;
-    /// The same, giving the index's shapes to the checkpoint instead of copying them; the
-    /// reader's index is left without them.
+    /// The same, giving the index's shapes and names to the checkpoint instead of copying
+    /// them, and freeing the index before the payloads are read: the reader is left without
+    /// entries.
     [[nodiscard]] result<checkpoint> load(const checkpoint_load_options& options = {}) &&;
 
 private:

@@ -84,6 +84,11 @@ public:
     [[nodiscard]] ruda::storage into_storage() && noexcept { return std::move(bytes_); }
     /// A copy of the bytes in a vector.
     [[nodiscard]] std::vector<std::uint8_t> into_bytes() && { return bytes_.to_vector(); }
+    /// The same shape and dtype over other bytes; unchecked, like the constructor.
+    [[nodiscard]] tensor_data with_bytes(ruda::storage bytes) && noexcept
+    {
+        return tensor_data{std::move(bytes), std::move(shape_), dtype_};
+    }
     [[nodiscard]] const ruda::shape& shape() const noexcept { return shape_; }
     [[nodiscard]] ruda::dtype dtype() const noexcept { return dtype_; }
     [[nodiscard]] std::size_t rank() const noexcept { return shape_.size(); }
