@@ -143,7 +143,8 @@ public:
     [[nodiscard]] result<checkpoint> load(const checkpoint_load_options& options = {}) const&;
     /// The same, giving the index's shapes and names to the checkpoint instead of copying
     /// them, and freeing the index before the payloads are read: the reader is left without
-    /// entries.
+    /// entries (or with some emptied, when the selection fails), whether the load succeeds or
+    /// not.
     [[nodiscard]] result<checkpoint> load(const checkpoint_load_options& options = {}) &&;
 
 private:
