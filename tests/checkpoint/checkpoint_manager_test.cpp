@@ -460,6 +460,42 @@ BOOST_AUTO_TEST_CASE(async_save_reports_snapshot_and_write_failures)
     BOOST_TEST(!manager.latest_step().value().has_value());
 }
 
+// A checkpoint already in host memory (parts snapshotted apart): staged at once, never inside
+// the call, then durable; a write that fails is the pending save's, and "latest" stays.
+BOOST_AUTO_TEST_CASE(async_save_of_a_checkpoint_in_host_memory_is_staged_at_once)
+{
+    const ruda::test::watchdog guard{"async_save_of_a_checkpoint_in_host_memory_is_staged_at_once"};
+    const temp_dir dir;
+    counting_ops ops;
+    ops.hold_fsync();
+    boost::asio::io_context io; // outlives the manager's writer thread
+    ruda::checkpoint_manager manager{dir.path(), {.ops = &ops}};
+    std::optional<ruda::result<ruda::pending_save>> staged;
+    const auto keep = [&](ruda::result<ruda::pending_save> r) { staged.emplace(std::move(r)); };
+    manager.async_save(7, contents_of(7), boost::asio::bind_executor(io, keep));
+    BOOST_TEST(!staged.has_value());
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return staged.has_value(); }));
+    BOOST_REQUIRE(*staged);
+    BOOST_TEST(!staged->value().done()); // fsync is held: staged, not on disk yet
+    ops.release();
+    const auto saved = staged->value().wait();
+    BOOST_REQUIRE(saved);
+    BOOST_TEST(saved.value().step == 7U);
+    BOOST_TEST((manager.latest_step().value() == std::optional<std::uint64_t>{7}));
+    BOOST_TEST((manager.load(7).value() == contents_of(7)));
+
+    ops.fail_at = ops.calls + 1;
+    staged.reset();
+    manager.async_save(8, contents_of(8), boost::asio::bind_executor(io, keep));
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return staged.has_value(); }));
+    BOOST_REQUIRE(*staged);
+    const auto failed = staged->value().wait();
+    BOOST_REQUIRE(!failed);
+    BOOST_TEST(failed.error() == errc::io_error);
+    BOOST_TEST((manager.latest_step().value() == std::optional<std::uint64_t>{7}));
+    BOOST_TEST(manager.steps().value() == std::vector<std::uint64_t>{7});
+}
+
 BOOST_AUTO_TEST_CASE(a_second_manager_on_the_directory_is_refused_naming_the_holder)
 {
     const temp_dir dir;

@@ -19,6 +19,7 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include <cstddef>
@@ -150,6 +151,16 @@ public:
                              std::forward<CompletionToken>(token));
     }
 
+    /// Queues the write of `contents`, already in host memory, on the writer thread: the save
+    /// is staged at once, and the token completes with `void(result<pending_save>)` (never an
+    /// error: a failed write is the pending save's) through its associated executor, never
+    /// inside this call. For a checkpoint whose parts were snapshotted apart, such as a model's
+    /// weights and its gradients, each fixed on the device at its `to_record_async` call
+    /// (device staging) and written once both have landed. A token without an associated
+    /// executor does not compile.
+    template <class CompletionToken>
+    auto async_save(std::uint64_t step, checkpoint contents, CompletionToken&& token);
+
     /// The checkpoint of `step`, verified and validated (see `checkpoint_reader`).
     [[nodiscard]] result<checkpoint> load(std::uint64_t step,
                                           const checkpoint_load_options& options = {}) const;
@@ -210,6 +221,22 @@ auto checkpoint_manager::async_save(std::uint64_t step, const gradients_params& 
                     slot, boost::asio::bind_executor(executor, std::move(staged))));
         },
         token, grads.to_record_async<B>(std::move(options)), step, std::move(state));
+}
+
+template <class CompletionToken>
+auto checkpoint_manager::async_save(std::uint64_t step, checkpoint contents,
+                                    CompletionToken&& token)
+{
+    return boost::asio::async_initiate<CompletionToken, void(result<pending_save>)>(
+        [this](auto handler, std::uint64_t at, checkpoint ready) {
+            const auto executor = detail::operation_executor(handler, detail::token_executor{});
+            pending_save pending{queue_write(at, std::move(ready)), executor};
+            boost::asio::post(executor, [handler = std::move(handler),
+                                         pending = std::move(pending)]() mutable {
+                std::move(handler)(result<pending_save>{std::move(pending)});
+            });
+        },
+        token, step, std::move(contents));
 }
 
 } // namespace ruda
