@@ -17,6 +17,7 @@
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <dlfcn.h>
@@ -369,6 +370,75 @@ void async_save_with_device_staging_lets_the_trainer_go_on_at_once(const std::st
     raw.destroy_stream(producer);
 }
 
+boost::asio::awaitable<ruda::result<ruda::saved_checkpoint>>
+save_once_landed(ruda::checkpoint_manager& manager,
+                 boost::asio::awaitable<ruda::result<ruda::gradients_params_record>> weights,
+                 boost::asio::awaitable<ruda::result<ruda::gradients_params_record>> grads)
+{
+    auto weights_record = co_await std::move(weights);
+    if (!weights_record) {
+        co_return weights_record.error();
+    }
+    auto grads_record = co_await std::move(grads);
+    if (!grads_record) {
+        co_return grads_record.error();
+    }
+    ruda::checkpoint contents{std::move(grads_record).value()};
+    contents.put("weights", weights_record.value()).value();
+    auto pending = co_await manager.async_save(3, std::move(contents), boost::asio::use_awaitable);
+    if (!pending) {
+        co_return pending.error();
+    }
+    co_return co_await pending.value().async_wait(boost::asio::use_awaitable);
+}
+
+// A model's weights and gradients snapshotted apart, each fixed on the device at its call, then
+// written once both have landed (async_save of a checkpoint in host memory): the trainer's next
+// step, queued right after the calls, reaches neither.
+void weights_and_gradients_staged_apart_are_saved_once_landed(const std::string& library,
+                                                              raw_gpu& raw)
+{
+    const ruda::test::watchdog guard{"cuda weights and gradients staged apart"};
+    auto staging = ruda::cuda_device::open({.driver_library = library,
+                                            .device_staging_bytes = MiB})
+                       .value();
+    const ruda::cuda_stream producer = raw.new_stream();
+    const auto weight = random_bytes(64 * KiB, 15);
+    const auto grad = random_bytes(64 * KiB, 16);
+    const auto next_step = random_bytes(64 * KiB, 17);
+    ruda::gradients_params values;
+    ruda::gradients_params grads;
+    values.insert<cuda>(ruda::param_id{1}, borrowed(raw, staging, weight, ruda::dtype::f32(), producer));
+    grads.insert<cuda>(ruda::param_id{1}, borrowed(raw, staging, grad, ruda::dtype::f32(), producer));
+    const auto address_of = [](const ruda::gradients_params& p) {
+        return std::get<cuda::float_tensor>(*p.get<cuda>(ruda::param_id{1})).address();
+    };
+
+    const ruda::test::temp_dir dir;
+    drained_io context; // before the manager: its writer may still post to it
+    auto& io = context.io;
+    ruda::checkpoint_manager manager{dir.path()};
+    auto weights_landed = values.to_record_async<cuda>();
+    auto grads_landed = grads.to_record_async<cuda>();
+    BOOST_TEST(staging.stats().staged_tensors == 2U);
+    // The optimizer step and the next backward pass, before anything has run on the host.
+    raw.write_async(address_of(values), next_step, producer);
+    raw.write_async(address_of(grads), next_step, producer);
+    auto saved = ruda::test::run_to_end(
+        io, save_once_landed(manager, std::move(weights_landed), std::move(grads_landed)));
+    BOOST_REQUIRE(saved.has_value());
+    BOOST_REQUIRE_MESSAGE(saved->has_value(), (saved->has_value() ? "" : saved->error().message()));
+    const auto loaded = manager.load_latest();
+    BOOST_REQUIRE(loaded.has_value());
+    ruda::gradients_params_record weights_loaded;
+    BOOST_REQUIRE(loaded.value().get("weights", weights_loaded).has_value());
+    BOOST_TEST(bytes_of(weights_loaded.entries().at(0)) == weight);
+    BOOST_TEST(bytes_of(loaded.value().gradients().entries().at(0)) == grad);
+    raw.finish(producer);
+    BOOST_TEST(raw.read(address_of(grads), next_step.size(), producer) == next_step);
+    raw.destroy_stream(producer);
+}
+
 void sync_snapshots_work_from_a_plain_thread(const ruda::cuda_device& device, raw_gpu& raw)
 {
     const ruda::test::watchdog guard{"cuda try_to_record"};
@@ -522,6 +592,12 @@ BOOST_FIXTURE_TEST_CASE(fake_driver_async_save_with_device_staging_lets_the_trai
     raw_gpu raw{ruda::test::fake_cuda_library()};
     async_save_with_device_staging_lets_the_trainer_go_on_at_once(ruda::test::fake_cuda_library(),
                                                                   raw);
+}
+
+BOOST_FIXTURE_TEST_CASE(fake_driver_weights_and_gradients_staged_apart_are_saved_once_landed, fake)
+{
+    raw_gpu raw{ruda::test::fake_cuda_library()};
+    weights_and_gradients_staged_apart_are_saved_once_landed(ruda::test::fake_cuda_library(), raw);
 }
 
 BOOST_FIXTURE_TEST_CASE(fake_driver_a_cancelled_snapshot_issues_nothing_more_and_waits_for_queued_copies,
@@ -791,6 +867,12 @@ BOOST_AUTO_TEST_CASE(gpu_async_save_with_device_staging_lets_the_trainer_go_on_a
 {
     raw_gpu raw{"libcuda.so.1"};
     async_save_with_device_staging_lets_the_trainer_go_on_at_once("libcuda.so.1", raw);
+}
+
+BOOST_AUTO_TEST_CASE(gpu_weights_and_gradients_staged_apart_are_saved_once_landed)
+{
+    raw_gpu raw{"libcuda.so.1"};
+    weights_and_gradients_staged_apart_are_saved_once_landed("libcuda.so.1", raw);
 }
 
 BOOST_AUTO_TEST_CASE(gpu_sync_snapshots_work_from_a_plain_thread)
