@@ -12,9 +12,11 @@
 // uninterrupted run. Exits non-zero otherwise.
 //
 // With `--device cuda` the model trains on the GPU (a libtorch with CUDA): the snapshot borrows
-// the gradients and weights in place through `ruda::cuda_backend`; the gradients are copied on
-// the GPU into a device staging buffer when it is taken, so the loop does not wait for their
-// transfer. The restores upload into the fresh model's own tensors.
+// the gradients and weights in place through `ruda::cuda_backend`, and its calls copy them on
+// the GPU into a device staging buffer. The loop goes on at once: the copies drain to host
+// memory, and the checkpoint is queued for writing once they have landed
+// (`checkpoint_manager::async_save` of a checkpoint in host memory). The restores upload into
+// the fresh model's own tensors.
 //
 //   torch_trainer [--steps N] [--snapshot-every N] [--dir DIR] [--device cpu|cuda]
 #include "common/checkpoint_dir.hpp"
@@ -214,48 +216,88 @@ boost::asio::awaitable<void> wait_durable(ruda::pending_save pending, run_state&
     --run.in_flight;
 }
 
-// The weights' record and the gradients of `model`, on backend `B`: torch_backend's copies on
-// the CPU, cuda_backend's borrowed device memory on the GPU.
+using record_snapshot = boost::asio::awaitable<ruda::result<ruda::gradients_params_record>>;
+
+// The snapshots of the weights and of the gradients of `model` on backend `B`, both begun by
+// this call: torch_backend's copies on the CPU; cuda_backend's borrowed device memory on the
+// GPU, which device staging copies on the GPU here, in this call.
 template <class B>
-boost::asio::awaitable<ruda::result<std::pair<ruda::gradients_params_record, ruda::gradients_params>>>
-snapshot_of(mlp& model, const run_state& run)
+ruda::result<std::pair<record_snapshot, record_snapshot>> begin_snapshots(mlp& model,
+                                                                          const run_state& run)
 {
     auto values = run.gpu ? ruda::parameters_from_module(model, *run.gpu)
                           : ruda::parameters_from_module(model);
     auto grads = run.gpu ? ruda::from_module(model, *run.gpu) : ruda::from_module(model);
     if (!values || !grads) {
-        co_return (!values ? values.error() : grads.error());
+        return !values ? values.error() : grads.error();
     }
-    auto weights = co_await values.value().template to_record_async<B>();
-    if (!weights) {
-        co_return weights.error();
-    }
-    co_return std::pair{std::move(weights).value(), std::move(grads).value()};
+    // Both reads capture their tensors here: the containers may go.
+    return std::pair{values.value().template to_record_async<B>(),
+                     grads.value().template to_record_async<B>()};
 }
 
-// Stages a checkpoint of the model at `at` on backend `B`: the weights as a section, the
-// gradients as the checkpoint's record. Returns once both are staged (in host memory, or in
-// the GPU's staging buffer): whether they are.
+// Once both snapshots are in host memory: the checkpoint (the weights as a section, the
+// gradients as its record), queued on the manager's writer thread.
+boost::asio::awaitable<ruda::result<ruda::pending_save>>
+stage(record_snapshot weights, record_snapshot grads, position at, run_state& run)
+{
+    auto weights_record = co_await std::move(weights);
+    if (!weights_record) {
+        co_return weights_record.error();
+    }
+    auto grads_record = co_await std::move(grads);
+    if (!grads_record) {
+        co_return grads_record.error();
+    }
+    ruda::checkpoint state{std::move(grads_record).value()};
+    state.put("position", at).value();
+    state.put("weights", weights_record.value()).value();
+    co_return co_await run.manager.async_save(at.step, std::move(state),
+                                              boost::asio::use_awaitable);
+}
+
+// The rest of a checkpoint whose tensors the device holds: staged, then durable.
+boost::asio::awaitable<void>
+finish_in_background(boost::asio::awaitable<ruda::result<ruda::pending_save>> staging,
+                     run_state& run)
+{
+    auto pending = co_await std::move(staging);
+    if (!pending) {
+        run.failure = "snapshot: " + pending.error().message();
+        --run.in_flight;
+        co_return;
+    }
+    co_await wait_durable(pending.value(), run);
+}
+
+// Takes a checkpoint of the model at `at` on backend `B`. Returns once training may change the
+// model's tensors again: when both snapshots are in host memory, or at once when the calls
+// copied every tensor into the GPU's staging buffer. Whether the checkpoint was taken.
 template <class B>
 boost::asio::awaitable<bool> checkpoint_on(mlp& model, const position& at, run_state& run)
 {
     const auto ex = co_await boost::asio::this_coro::executor;
-    auto snapshot = co_await snapshot_of<B>(model, run);
-    if (!snapshot) {
-        run.failure = "snapshot: " + snapshot.error().message();
+    const auto unstaged = [&run] { return run.gpu ? run.gpu->device.stats().unstaged_tensors : 0; };
+    const auto unstaged_before = unstaged();
+    auto snapshots = begin_snapshots<B>(model, run);
+    if (!snapshots) {
+        run.failure = "snapshot: " + snapshots.error().message();
         co_return false;
     }
-    auto& [weights, grads] = snapshot.value();
-    ruda::checkpoint state;
-    state.put("position", at).value();
-    state.put("weights", weights).value();
-    auto pending = co_await run.manager.async_save<B>(at.step, grads, std::move(state), {},
-                                                      boost::asio::use_awaitable);
+    auto staging = stage(std::move(snapshots.value().first), std::move(snapshots.value().second),
+                         at, run);
+    ++run.in_flight;
+    if (run.gpu && unstaged() == unstaged_before) { // every tensor is in the staging buffer
+        boost::asio::co_spawn(ex, finish_in_background(std::move(staging), run),
+                              boost::asio::detached);
+        co_return true;
+    }
+    auto pending = co_await std::move(staging);
     if (!pending) {
         run.failure = "snapshot: " + pending.error().message();
+        --run.in_flight;
         co_return false;
     }
-    ++run.in_flight;
     boost::asio::co_spawn(ex, wait_durable(pending.value(), run), boost::asio::detached);
     co_return true;
 }
@@ -439,8 +481,8 @@ int main(int argc, char** argv)
             std::fprintf(stderr, "--device cuda: libtorch %s has no CUDA here\n", TORCH_VERSION);
             return 1;
         }
-        // A device staging buffer larger than the model's gradients: a snapshot copies them on
-        // the GPU when it is taken, and the loop goes on without waiting for the transfer.
+        // A device staging buffer larger than the model's weights and gradients: a snapshot's
+        // calls copy them on the GPU, and the loop goes on without waiting for the transfer.
         auto opened = ruda::cuda_device::open({.ordinal = 0, .device_staging_bytes = 8U << 20U});
         if (!opened) {
             std::fprintf(stderr, "--device cuda: %s\n", opened.error().message().c_str());
