@@ -197,7 +197,6 @@ struct run_state {
     std::optional<ruda::cuda_module_device> gpu; // with --device cuda
     std::map<std::uint64_t, std::shared_ptr<mlp>> expected; // step -> state at its snapshot
     std::uint64_t durable = 0;
-    std::size_t in_flight = 0;
     std::optional<std::string> failure;
     std::shared_ptr<mlp> final_model;
     double wall_seconds = 0;
@@ -213,7 +212,6 @@ boost::asio::awaitable<void> wait_durable(ruda::pending_save pending, run_state&
     } else {
         ++run.durable;
     }
-    --run.in_flight;
 }
 
 using record_snapshot = boost::asio::awaitable<ruda::result<ruda::gradients_params_record>>;
@@ -264,7 +262,6 @@ finish_in_background(boost::asio::awaitable<ruda::result<ruda::pending_save>> st
     auto pending = co_await std::move(staging);
     if (!pending) {
         run.failure = "snapshot: " + pending.error().message();
-        --run.in_flight;
         co_return;
     }
     co_await wait_durable(pending.value(), run);
@@ -286,7 +283,6 @@ boost::asio::awaitable<bool> checkpoint_on(mlp& model, const position& at, run_s
     }
     auto staging = stage(std::move(snapshots.value().first), std::move(snapshots.value().second),
                          at, run);
-    ++run.in_flight;
     if (run.gpu && unstaged() == unstaged_before) { // every tensor is in the staging buffer
         boost::asio::co_spawn(ex, finish_in_background(std::move(staging), run),
                               boost::asio::detached);
@@ -295,7 +291,6 @@ boost::asio::awaitable<bool> checkpoint_on(mlp& model, const position& at, run_s
     auto pending = co_await std::move(staging);
     if (!pending) {
         run.failure = "snapshot: " + pending.error().message();
-        --run.in_flight;
         co_return false;
     }
     boost::asio::co_spawn(ex, wait_durable(pending.value(), run), boost::asio::detached);
