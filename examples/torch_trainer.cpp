@@ -15,8 +15,8 @@
 // the gradients and weights in place through `ruda::cuda_backend`, and its calls copy them on
 // the GPU into a device staging buffer. The loop goes on at once: the copies drain to host
 // memory, and the checkpoint is queued for writing once they have landed
-// (`checkpoint_manager::async_save` of a checkpoint in host memory). The restores upload into
-// the fresh model's own tensors.
+// (`checkpoint_manager::async_save_record`). The restores upload into the fresh model's own
+// tensors.
 //
 //   torch_trainer [--steps N] [--snapshot-every N] [--dir DIR] [--device cpu|cuda]
 #include "common/checkpoint_dir.hpp"
@@ -250,8 +250,8 @@ stage(record_snapshot weights, record_snapshot grads, position at, run_state& ru
     ruda::checkpoint state{std::move(grads_record).value()};
     state.put("position", at).value();
     state.put("weights", weights_record.value()).value();
-    co_return co_await run.manager.async_save(at.step, std::move(state),
-                                              boost::asio::use_awaitable);
+    co_return co_await run.manager.async_save_record(at.step, std::move(state),
+                                                     boost::asio::use_awaitable);
 }
 
 // The rest of a checkpoint whose tensors the device holds: staged, then durable.

@@ -385,7 +385,8 @@ save_once_landed(ruda::checkpoint_manager& manager,
     }
     ruda::checkpoint contents{std::move(grads_record).value()};
     contents.put("weights", weights_record.value()).value();
-    auto pending = co_await manager.async_save(3, std::move(contents), boost::asio::use_awaitable);
+    auto pending =
+        co_await manager.async_save_record(3, std::move(contents), boost::asio::use_awaitable);
     if (!pending) {
         co_return pending.error();
     }
@@ -393,8 +394,8 @@ save_once_landed(ruda::checkpoint_manager& manager,
 }
 
 // A model's weights and gradients snapshotted apart, each fixed on the device at its call, then
-// written once both have landed (async_save of a checkpoint in host memory): the trainer's next
-// step, queued right after the calls, reaches neither.
+// written once both have landed (`async_save_record`): the trainer's next step, queued right
+// after the calls, reaches neither.
 void weights_and_gradients_staged_apart_are_saved_once_landed(const std::string& library,
                                                               raw_gpu& raw)
 {

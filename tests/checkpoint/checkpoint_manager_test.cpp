@@ -462,9 +462,9 @@ BOOST_AUTO_TEST_CASE(async_save_reports_snapshot_and_write_failures)
 
 // A checkpoint already in host memory (parts snapshotted apart): staged at once, never inside
 // the call, then durable; a write that fails is the pending save's, and "latest" stays.
-BOOST_AUTO_TEST_CASE(async_save_of_a_checkpoint_in_host_memory_is_staged_at_once)
+BOOST_AUTO_TEST_CASE(async_save_record_is_staged_at_once_then_durable)
 {
-    const ruda::test::watchdog guard{"async_save_of_a_checkpoint_in_host_memory_is_staged_at_once"};
+    const ruda::test::watchdog guard{"async_save_record_is_staged_at_once_then_durable"};
     const temp_dir dir;
     counting_ops ops;
     ops.hold_fsync();
@@ -472,7 +472,7 @@ BOOST_AUTO_TEST_CASE(async_save_of_a_checkpoint_in_host_memory_is_staged_at_once
     ruda::checkpoint_manager manager{dir.path(), {.ops = &ops}};
     std::optional<ruda::result<ruda::pending_save>> staged;
     const auto keep = [&](ruda::result<ruda::pending_save> r) { staged.emplace(std::move(r)); };
-    manager.async_save(7, contents_of(7), boost::asio::bind_executor(io, keep));
+    manager.async_save_record(7, contents_of(7), boost::asio::bind_executor(io, keep));
     BOOST_TEST(!staged.has_value());
     BOOST_REQUIRE(ruda::test::run_until(io, [&] { return staged.has_value(); }));
     BOOST_REQUIRE(*staged);
@@ -486,7 +486,7 @@ BOOST_AUTO_TEST_CASE(async_save_of_a_checkpoint_in_host_memory_is_staged_at_once
 
     ops.fail_at = ops.calls + 1;
     staged.reset();
-    manager.async_save(8, contents_of(8), boost::asio::bind_executor(io, keep));
+    manager.async_save_record(8, contents_of(8), boost::asio::bind_executor(io, keep));
     BOOST_REQUIRE(ruda::test::run_until(io, [&] { return staged.has_value(); }));
     BOOST_REQUIRE(*staged);
     const auto failed = staged->value().wait();

@@ -151,15 +151,16 @@ public:
                              std::forward<CompletionToken>(token));
     }
 
-    /// Queues the write of `contents`, already in host memory, on the writer thread: the save
-    /// is staged at once, and the token completes with `void(result<pending_save>)` (never an
-    /// error: a failed write is the pending save's) through its associated executor, never
-    /// inside this call. For a checkpoint whose parts were snapshotted apart, such as a model's
-    /// weights and its gradients, each fixed on the device at its `to_record_async` call
-    /// (device staging) and written once both have landed. A token without an associated
-    /// executor does not compile.
+    /// Queues the write of `contents`, its record and sections already in host memory, on the
+    /// writer thread (as `dist_checkpoint_manager::async_save_record` does): the save is staged
+    /// at once, and the token completes with `void(result<pending_save>)` (never an error: a
+    /// failed write is the pending save's) through its associated executor, never inside this
+    /// call. For a checkpoint whose parts were snapshotted apart, such as a model's weights and
+    /// its gradients, each fixed on the device at its `to_record_async` call (device staging)
+    /// and written once both have landed. A token without an associated executor does not
+    /// compile.
     template <class CompletionToken>
-    auto async_save(std::uint64_t step, checkpoint contents, CompletionToken&& token);
+    auto async_save_record(std::uint64_t step, checkpoint contents, CompletionToken&& token);
 
     /// The checkpoint of `step`, verified and validated (see `checkpoint_reader`).
     [[nodiscard]] result<checkpoint> load(std::uint64_t step,
@@ -224,8 +225,8 @@ auto checkpoint_manager::async_save(std::uint64_t step, const gradients_params& 
 }
 
 template <class CompletionToken>
-auto checkpoint_manager::async_save(std::uint64_t step, checkpoint contents,
-                                    CompletionToken&& token)
+auto checkpoint_manager::async_save_record(std::uint64_t step, checkpoint contents,
+                                           CompletionToken&& token)
 {
     return boost::asio::async_initiate<CompletionToken, void(result<pending_save>)>(
         [this](auto handler, std::uint64_t at, checkpoint ready) {
