@@ -203,10 +203,14 @@ struct run_state {
     double blocked_seconds = 0;
 };
 
-// Waits for one checkpoint to become durable.
-boost::asio::awaitable<void> wait_durable(ruda::pending_save pending, run_state& run)
+// Waits for one staged checkpoint to become durable; notes why a checkpoint was not staged.
+boost::asio::awaitable<void> wait_durable(ruda::result<ruda::pending_save> pending, run_state& run)
 {
-    auto saved = co_await pending.async_wait(boost::asio::use_awaitable);
+    if (!pending) {
+        run.failure = "snapshot: " + pending.error().message();
+        co_return;
+    }
+    auto saved = co_await pending.value().async_wait(boost::asio::use_awaitable);
     if (!saved) {
         run.failure = "save: " + saved.error().message();
     } else {
@@ -260,11 +264,7 @@ finish_in_background(boost::asio::awaitable<ruda::result<ruda::pending_save>> st
                      run_state& run)
 {
     auto pending = co_await std::move(staging);
-    if (!pending) {
-        run.failure = "snapshot: " + pending.error().message();
-        co_return;
-    }
-    co_await wait_durable(pending.value(), run);
+    co_await wait_durable(std::move(pending), run);
 }
 
 // Takes a checkpoint of the model at `at` on backend `B`. Returns once training may change the
@@ -288,13 +288,10 @@ boost::asio::awaitable<bool> checkpoint_on(mlp& model, const position& at, run_s
                               boost::asio::detached);
         co_return true;
     }
-    auto pending = co_await std::move(staging);
-    if (!pending) {
-        run.failure = "snapshot: " + pending.error().message();
-        co_return false;
-    }
-    boost::asio::co_spawn(ex, wait_durable(pending.value(), run), boost::asio::detached);
-    co_return true;
+    auto pending = co_await std::move(staging); // in host memory: training may go on
+    const bool staged = pending.has_value();
+    boost::asio::co_spawn(ex, wait_durable(std::move(pending), run), boost::asio::detached);
+    co_return staged;
 }
 
 boost::asio::awaitable<bool> checkpoint_now(mlp& model, const position& at, run_state& run)
