@@ -36,15 +36,22 @@ namespace bench {
 
 using clock_type = std::chrono::steady_clock;
 
+/// Times `f` as it is, the allocator keeping what it holds free: what a program that repeats
+/// `f` pays once the allocator reuses the memory the call before freed.
+inline double seconds_repeated(const std::function<void()>& f)
+{
+    const auto start = clock_type::now();
+    f();
+    return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
 /// Times `f`. Before the clock starts, the allocator returns the memory it holds free to the
 /// system (as a fresh process holds none), so whatever `f` allocates costs its page faults in
 /// every program, ruda's and the peers' alike, whatever ran before it.
 inline double seconds(const std::function<void()>& f)
 {
     ::malloc_trim(0);
-    const auto start = clock_type::now();
-    f();
-    return std::chrono::duration<double>(clock_type::now() - start).count();
+    return seconds_repeated(f);
 }
 
 inline double median(std::vector<double> v)
