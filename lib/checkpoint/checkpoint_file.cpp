@@ -8,6 +8,7 @@
 #include <ruda/checkpoint/detail/posix_io.hpp>
 #include <ruda/checkpoint/detail/regular_file.hpp>
 #include <ruda/optim/validate_record.hpp>
+#include <ruda/tensor/detail/fresh_pages.hpp>
 #include <ruda/tensor/detail/mapped_file.hpp>
 #include <ruda/version.hpp>
 
@@ -550,8 +551,8 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
             }
         }
     } else {
-        entries.reserve(index_.entries.size());
-        where.reserve(index_.entries.size());
+        detail::reserve_prepared(entries, index_.entries.size());
+        detail::reserve_prepared(where, index_.entries.size());
         for (const auto& entry : index_.entries) {
             select(entry);
         }
@@ -560,7 +561,7 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
         std::vector<checkpoint_entry_info>{}.swap(*spent);
     }
     std::vector<payload_request> requests;
-    requests.reserve(entries.size() + index_.sections.size());
+    detail::reserve_prepared(requests, entries.size() + index_.sections.size());
     for (std::size_t k = 0; k < entries.size(); ++k) {
         requests.push_back({where[k], entries[k].id, nullptr, {}});
     }

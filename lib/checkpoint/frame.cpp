@@ -4,6 +4,7 @@
 #include <ruda/checkpoint/detail/frame.hpp>
 #include <ruda/checkpoint/detail/little_endian.hpp>
 #include <ruda/checkpoint/detail/utf8.hpp>
+#include <ruda/tensor/detail/fresh_pages.hpp>
 #include <ruda/version.hpp>
 
 #define XXH_INLINE_ALL
@@ -415,7 +416,7 @@ result<checkpoint_index> decode_header(std::span<const std::uint8_t> header, con
     index.format_version = f.format_version;
     index.producer = version_text(f.producer);
     index.file_length = f.file_length;
-    index.entries.reserve(entries);
+    reserve_prepared(index.entries, entries);
     index.sections.reserve(sections);
     for (std::uint64_t k = 0; k < entries; ++k) {
         checkpoint_entry_info e;

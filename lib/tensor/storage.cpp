@@ -2,8 +2,7 @@
 // large buffer's pages mapped (as huge pages where the kernel allows) in one call.
 #include <ruda/tensor/storage.hpp>
 
-#include <sys/mman.h>
-#include <unistd.h>
+#include <ruda/tensor/detail/fresh_pages.hpp>
 
 #include <cstdint>
 #include <cstring>
@@ -34,42 +33,13 @@ storage adopt_block(storage_block* block, const std::uint8_t* data, std::size_t 
 
 namespace {
 
-// Buffers from here on get their pages mapped in one call; smaller ones usually come from
-// memory the allocator already has mapped.
-constexpr std::size_t populate_threshold = std::size_t{1} << 20U;
-// Buffers from here on are aligned to a huge page and offered to the kernel as huge pages:
-// one fault per 2 MiB instead of 512. On a virtual machine each first touch of a page can
-// cost microseconds, so this halves the price of fresh memory.
+// Buffers from here on are aligned to a huge page, so that prepare_pages can map them as
+// huge pages.
 constexpr std::size_t huge_page = std::size_t{2} << 20U;
 constexpr std::size_t huge_threshold = 2 * huge_page;
 // Small buffers keep their block header in the same allocation, in front of the data.
 constexpr std::size_t inline_header = 16;
 constexpr std::size_t inline_limit = std::size_t{64} << 10U;
-
-// Maps the whole pages inside [data, data + size) for writing, in one call. Only a hint: a
-// kernel without MADV_POPULATE_WRITE (before Linux 5.14) or without transparent huge pages
-// refuses, and then the pages fault in as they are written, as they would anyway.
-void prepare_pages(std::uint8_t* data, std::size_t size) noexcept
-{
-    if (size < populate_threshold) {
-        return;
-    }
-    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-    const auto begin = (reinterpret_cast<std::uintptr_t>(data) + page - 1) / page * page;
-    const auto end = (reinterpret_cast<std::uintptr_t>(data) + size) / page * page;
-    if (begin >= end) {
-        return;
-    }
-    auto* first = reinterpret_cast<void*>(begin);
-#if defined(MADV_HUGEPAGE)
-    if (size >= huge_threshold) {
-        static_cast<void>(::madvise(first, end - begin, MADV_HUGEPAGE));
-    }
-#endif
-#if defined(MADV_POPULATE_WRITE)
-    static_cast<void>(::madvise(first, end - begin, MADV_POPULATE_WRITE));
-#endif
-}
 
 // A small buffer: header and data in one allocation.
 class inline_block final : public storage_block {

@@ -1,6 +1,7 @@
 // storage and storage_pool: unfilled allocation on both sides of the inline and huge-page
 // thresholds, sharing and slicing, copy-on-write, adopted and borrowed memory, pools that
-// reuse buffers and outlive nothing they must not.
+// reuse buffers and outlive nothing they must not; fresh pages mapped in one call.
+#include <ruda/tensor/detail/fresh_pages.hpp>
 #include <ruda/tensor/storage.hpp>
 #include <ruda/tensor/storage_pool.hpp>
 #include <ruda/tensor/tensor_data.hpp>
@@ -8,6 +9,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <malloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -29,6 +32,19 @@ std::vector<std::uint8_t> pattern(std::size_t size)
         bytes[i] = static_cast<std::uint8_t>(i * 131 + 7);
     }
     return bytes;
+}
+
+// How many of the pages of [data, data + size) are resident.
+std::size_t resident_pages(void* data, std::size_t size)
+{
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    std::vector<unsigned char> residency((size + page - 1) / page);
+    BOOST_TEST_REQUIRE(::mincore(data, size, residency.data()) == 0);
+    std::size_t resident = 0;
+    for (const unsigned char r : residency) {
+        resident += r & 1U;
+    }
+    return resident;
 }
 
 } // namespace
@@ -193,6 +209,54 @@ BOOST_AUTO_TEST_CASE(a_small_buffer_costs_at_most_64_bytes_beyond_its_data)
         const double bookkeeping = heap + static_cast<double>(sizeof(storage)) - static_cast<double>(size);
         BOOST_TEST(bookkeeping <= 64.0, size << "-byte buffers: " << bookkeeping << " bytes each");
     }
+}
+
+BOOST_AUTO_TEST_CASE(prepared_pages_are_mapped_and_keep_their_bytes)
+{
+    // Memory no one has touched: a mapping of this test's own, 6 MiB (huge pages allowed).
+    const std::size_t size = std::size_t{6} << 20U;
+    const std::size_t pages = size / static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    void* fresh =
+        ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    BOOST_TEST_REQUIRE(fresh != MAP_FAILED);
+    BOOST_TEST(resident_pages(fresh, size) == 0U);
+    auto* bytes = static_cast<std::uint8_t*>(fresh);
+    const auto expected = pattern(1000);
+    std::memcpy(bytes + 100, expected.data(), expected.size()); // one page touched, unaligned
+
+    ruda::detail::prepare_pages(bytes + 100, size - 100);
+    if (::madvise(fresh, 4096, MADV_POPULATE_WRITE) != 0) { // a kernel before Linux 5.14
+        BOOST_TEST_MESSAGE("no MADV_POPULATE_WRITE here: prepare_pages is a no-op");
+    } else {
+        // Every whole page inside the range, and the touched first page.
+        BOOST_TEST(resident_pages(fresh, size) == pages);
+    }
+    BOOST_TEST(std::memcmp(bytes + 100, expected.data(), expected.size()) == 0);
+    BOOST_TEST(bytes[size - 1] == 0U); // prepared, never written: still zero
+    ::munmap(fresh, size);
+
+    // Under 1 MiB it maps nothing: such memory usually comes from pages already mapped.
+    ruda::detail::prepare_pages(nullptr, 0);
+    void* small =
+        ::mmap(nullptr, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    BOOST_TEST_REQUIRE(small != MAP_FAILED);
+    ruda::detail::prepare_pages(small, 4 * 4096);
+    BOOST_TEST(resident_pages(small, 4 * 4096) == 0U);
+    ::munmap(small, 4 * 4096);
+}
+
+BOOST_AUTO_TEST_CASE(reserve_prepared_reserves_without_adding_elements)
+{
+    struct entry {
+        std::uint64_t id;
+        std::uint8_t payload[120];
+    };
+    std::vector<entry> entries{{7, {1, 2, 3}}};
+    ruda::detail::reserve_prepared(entries, 20000); // 2.5 MB
+    BOOST_TEST(entries.capacity() >= 20000U);
+    BOOST_TEST_REQUIRE(entries.size() == 1U);
+    BOOST_TEST(entries[0].id == 7U);
+    BOOST_TEST(entries[0].payload[2] == 3U);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -11,6 +11,7 @@
 #include <ruda/optim/validate_record.hpp>
 #include <ruda/runtime/gather.hpp>
 #include <ruda/runtime/try_read_sync.hpp>
+#include <ruda/tensor/detail/fresh_pages.hpp>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -274,7 +275,7 @@ private:
             const std::string* name;
         };
         std::vector<found> tensors;
-        tensors.reserve(entries_.size());
+        detail::reserve_prepared(tensors, entries_.size());
         for (const param_id id : sorted_ids()) {
             const slot& entry = entries_.find(id)->second;
             const auto* tensor = tensor_in<B>(entry);
@@ -288,7 +289,7 @@ private:
             progress.now.bytes_total += byte_size<B>(*f.tensor);
         }
         std::vector<gradient_entry> entries;
-        entries.reserve(tensors.size());
+        detail::reserve_prepared(entries, tensors.size());
         for (const found& f : tensors) {
             auto data = std::visit([](const auto& t) { return B::read_now(t); }, *f.tensor);
             if (!data) {

@@ -1,0 +1,26 @@
+// Memory a process has not touched yet costs a page fault per page at its first write, which
+// on a virtual machine can cost microseconds each: for a buffer of a megabyte or more ruda maps
+// its pages in one call instead, as huge pages where the kernel allows.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace ruda::detail {
+
+/// Maps the whole pages inside [data, data + size) for writing, in one call, as huge pages
+/// from 4 MiB. Only a hint, and nothing for a buffer under 1 MiB: a kernel without
+/// MADV_POPULATE_WRITE (before Linux 5.14) or without transparent huge pages refuses, and the
+/// pages then fault in as they are written, as they would anyway. The bytes do not change.
+void prepare_pages(void* data, std::size_t size) noexcept;
+
+/// `items.reserve(count)`, with the reserved memory's pages mapped by `prepare_pages`: for a
+/// vector about to be filled with `count` elements.
+template <class T>
+void reserve_prepared(std::vector<T>& items, std::size_t count)
+{
+    items.reserve(count);
+    prepare_pages(items.data(), items.capacity() * sizeof(T));
+}
+
+} // namespace ruda::detail
