@@ -14,9 +14,6 @@ namespace {
 // Buffers from here on get their pages mapped in one call; smaller ones usually come from
 // memory the allocator already has mapped.
 constexpr std::size_t populate_threshold = std::size_t{1} << 20U;
-// Buffers from here on are offered to the kernel as huge pages: one fault per 2 MiB instead of
-// 512. On a virtual machine each first touch of a page can cost microseconds.
-constexpr std::size_t huge_threshold = std::size_t{4} << 20U;
 
 } // namespace
 

@@ -33,10 +33,6 @@ storage adopt_block(storage_block* block, const std::uint8_t* data, std::size_t 
 
 namespace {
 
-// Buffers from here on are aligned to a huge page, so that prepare_pages can map them as
-// huge pages.
-constexpr std::size_t huge_page = std::size_t{2} << 20U;
-constexpr std::size_t huge_threshold = 2 * huge_page;
 // Small buffers keep their block header in the same allocation, in front of the data.
 constexpr std::size_t inline_header = 16;
 constexpr std::size_t inline_limit = std::size_t{64} << 10U;

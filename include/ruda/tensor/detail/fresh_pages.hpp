@@ -8,8 +8,14 @@
 
 namespace ruda::detail {
 
+/// A transparent huge page, and the size from which `prepare_pages` offers a buffer's pages to
+/// the kernel as huge pages (one fault per 2 MiB instead of 512). A buffer meant to use them
+/// is aligned to `huge_page`.
+inline constexpr std::size_t huge_page = std::size_t{2} << 20U;
+inline constexpr std::size_t huge_threshold = 2 * huge_page;
+
 /// Maps the whole pages inside [data, data + size) for writing, in one call, as huge pages
-/// from 4 MiB. Only a hint, and nothing for a buffer under 1 MiB: a kernel without
+/// from `huge_threshold`. Only a hint, and nothing for a buffer under 1 MiB: a kernel without
 /// MADV_POPULATE_WRITE (before Linux 5.14) or without transparent huge pages refuses, and the
 /// pages then fault in as they are written, as they would anyway. The bytes do not change.
 void prepare_pages(void* data, std::size_t size) noexcept;
