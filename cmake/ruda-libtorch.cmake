@@ -3,6 +3,9 @@
 # That package, for a libtorch with CUDA, enables CUDA in the project that finds it and fails
 # without nvcc and the CUDA toolkit, which ruda never needs: it opens the CUDA driver at run time.
 #
+# ruda_find_installed_libtorch(BUILT_WITH), for an installed ruda's package, finds libtorch as
+# that ruda was built with it (below).
+#
 # ruda_import_libtorch(ROOT) defines the imported target `torch`, as the package does, and sets
 # in the caller's scope what the package sets and ruda reads: Torch_FOUND, Torch_VERSION,
 # TORCH_INSTALL_PREFIX, TORCH_INCLUDE_DIRS, TORCH_CXX_FLAGS, TORCH_LIBRARY, TORCH_LIBRARIES and,
@@ -74,3 +77,22 @@ function(ruda_import_libtorch root)
   set(TORCH_LIBRARIES torch PARENT_SCOPE)
   set(TORCH_CUDA_LIBRARIES "${cuda_libraries}" PARENT_SCOPE)
 endfunction()
+
+# libtorch for an installed ruda: in the directory it was built against (BUILT_WITH), or the one
+# the consumer's own RUDA_LIBTORCH_DIR names; through libtorch's CMake package where BUILT_WITH
+# is empty. A macro, as find_package's variables must reach the caller. Where no libtorch is
+# found, Torch_FOUND is false and RUDA_LIBTORCH_ERROR says why.
+macro(ruda_find_installed_libtorch built_with)
+  set(_ruda_libtorch_dir "${built_with}")
+  if(_ruda_libtorch_dir AND RUDA_LIBTORCH_DIR)
+    set(_ruda_libtorch_dir "${RUDA_LIBTORCH_DIR}")
+  endif()
+  if(_ruda_libtorch_dir)
+    ruda_import_libtorch("${_ruda_libtorch_dir}")
+    set(RUDA_LIBTORCH_ERROR "RUDA_LIBTORCH_DIR: ${RUDA_LIBTORCH_ERROR}")
+  else()
+    find_package(Torch QUIET)
+    set(RUDA_LIBTORCH_ERROR "libtorch's CMake package (Torch) was not found")
+  endif()
+  unset(_ruda_libtorch_dir)
+endmacro()

@@ -21,10 +21,13 @@ inline constexpr std::size_t huge_threshold = 2 * huge_page;
 void prepare_pages(void* data, std::size_t size) noexcept;
 
 /// `items.reserve(count)`, with the reserved memory's pages mapped by `prepare_pages`: for a
-/// vector about to be filled with `count` elements.
+/// vector about to be filled with `count` elements. Nothing where it already has the room.
 template <class T>
 void reserve_prepared(std::vector<T>& items, std::size_t count)
 {
+    if (count <= items.capacity()) {
+        return;
+    }
     items.reserve(count);
     prepare_pages(items.data(), items.capacity() * sizeof(T));
 }
