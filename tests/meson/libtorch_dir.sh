@@ -2,7 +2,8 @@
 # What Meson says of a -Dlibtorch_dir it cannot use, on libtorch directories made here (empty
 # libraries; no libtorch needed): a directory the user names is an error even with
 # -Dtorch=auto, one without headers names where it looked, and libraries that do not link with
-# the headers are refused at configure time, not left to fail the build's link.
+# the headers are refused at configure time, not left to fail the build's link; a libtorch of
+# the old libstdc++ ABI is built against with that ABI.
 #   libtorch_dir.sh MESON SOURCE_ROOT SCRATCH_DIR CXX...   (the C++ compiler's command)
 set -eu
 meson=$1
@@ -58,3 +59,29 @@ struct Device {
 HEADER
 refused "$scratch/not-linking" \
   "libtorch in $scratch/not-linking/lib does not link with its headers"
+
+# A libtorch of the old libstdc++ ABI (PyTorch's packages before 2.7) is accepted, and built
+# against with that ABI: the probe's second try.
+mkdir -p "$scratch/old-abi/lib"
+cp -R "$scratch/not-linking/include" "$scratch/old-abi/include"
+for name in torch torch_cpu; do
+  $CXX -shared -o "$scratch/old-abi/lib/lib$name.so" -x c++ /dev/null
+done
+$CXX -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=0 -I"$scratch/old-abi/include" \
+  -o "$scratch/old-abi/lib/libc10.so" -x c++ - <<'SOURCE'
+#include <c10/core/Device.h>
+c10::Device::Device(const std::string&) {}
+int c10::Device::index() const { return 0; }
+SOURCE
+build=$scratch/build-old-abi
+if ! "$meson" setup "$build" "$source_root" -Dlibtorch_dir="$scratch/old-abi" -Dtests=false \
+    -Dexamples=false -Dbench=false -Dtools=false -Dmpi=disabled >"$scratch/old-abi.log" 2>&1; then
+  echo "FAIL: configuring with a libtorch of the old ABI failed"
+  tail -n 20 "$scratch/old-abi.log"
+  exit 1
+fi
+if ! grep -q -- "-D_GLIBCXX_USE_CXX11_ABI=0" "$build/build.ninja"; then
+  echo "FAIL: ruda_torch is not built with -D_GLIBCXX_USE_CXX11_ABI=0 for a libtorch of the old ABI"
+  exit 1
+fi
+echo "accepted $scratch/old-abi: built with -D_GLIBCXX_USE_CXX11_ABI=0"
