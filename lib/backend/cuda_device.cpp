@@ -12,11 +12,13 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <charconv>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +26,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_set>
 #include <unistd.h>
 
 namespace ruda {
@@ -35,6 +38,9 @@ namespace {
 
 constexpr unsigned host_register_portable = 0x1; // CU_MEMHOSTREGISTER_PORTABLE
 constexpr std::size_t device_alignment = 256;
+// How often the worker asks whether the context has failed while copies are out: a failed
+// context never runs their host functions, so that is the only way their reads can end.
+constexpr std::chrono::milliseconds context_check_interval{100};
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
@@ -459,10 +465,16 @@ public:
             {
                 std::unique_lock lock{ring_mutex_};
                 ring_space_.wait(lock, [&] {
+                    if (ring_fault_) {
+                        return true;
+                    }
                     const auto at = ring_.allocate(size);
                     offset = at.value_or(0);
                     return at.has_value();
                 });
+                if (ring_fault_) {
+                    return *ring_fault_; // the ring's pieces will never land
+                }
             }
             std::memcpy(staging_memory_ + offset, bytes.data() + done, size);
             auto copied = context_->check(api_.cuMemcpyHtoDAsync(address + done,
@@ -705,15 +717,116 @@ private:
     // Any thread: a host function reports `landing` once the stream's copies so far are done.
     void launch_landing(CUstream stream, std::unique_ptr<batch> landing)
     {
+        {
+            const std::lock_guard lock{batches_mutex_};
+            batches_out_.insert(landing.get());
+        }
         batches_in_flight_.fetch_add(1);
+        watch_context();
         if (api_.cuLaunchHostFunc(stream, &on_landed, landing.get()) == cuda_success) {
             landing.release(); // on_landed owns it now
             return;
         }
         // No host function: the only way left to know the copies are done is to wait.
-        api_.cuStreamSynchronize(stream);
         batch* raw = landing.release();
+        if (const CUresult status = api_.cuStreamSynchronize(stream); status != cuda_success) {
+            // The copies may not have run: the batch's reads fail, its memory is kept.
+            boost::asio::post(io_, [this, status] { context_failed(status); });
+            return;
+        }
         boost::asio::post(io_, [raw] { raw->owner->landed(std::unique_ptr<batch>(raw)); });
+    }
+
+    // Any thread, once a batch is out: the worker checks the context until none is left.
+    void watch_context()
+    {
+        if (!watching_context_.exchange(true)) {
+            boost::asio::post(io_, [this] { check_context_later(); });
+        }
+    }
+
+    // Worker thread.
+    void check_context_later()
+    {
+        context_check_.expires_after(context_check_interval);
+        context_check_.async_wait([this](const boost::system::error_code& cancelled) {
+            if (cancelled) {
+                watching_context_.store(false);
+                return;
+            }
+            if (batches_in_flight_.load() == 0) {
+                watching_context_.store(false);
+                // A batch launched since the check saw the flag still set: watch for it here.
+                if (batches_in_flight_.load() == 0 || watching_context_.exchange(true)) {
+                    return;
+                }
+            }
+            if (const CUresult status = api_.cuStreamQuery(copy_stream_);
+                status != cuda_success && status != cuda_not_ready) {
+                watching_context_.store(false);
+                context_failed(status);
+                return;
+            }
+            check_context_later();
+        });
+    }
+
+    // Worker thread: the context failed (a GPU fault), so no copy out will land and no host
+    // function will run. Every read out, or waiting, fails with the driver's error; later
+    // uploads and reads fail at once. The memory those copies target is kept, never reused,
+    // in case a copy still moves after all.
+    void context_failed(CUresult status)
+    {
+        if (!fault_) {
+            fault_ = context_->failure(status, errc::read_failed,
+                                       "the context failed with copies in flight");
+            {
+                const std::lock_guard lock{ring_mutex_};
+                ring_fault_ = fault_;
+            }
+            ring_space_.notify_all();
+        }
+        const error failure = *fault_;
+        std::vector<std::unique_ptr<batch>> lost;
+        {
+            const std::lock_guard lock{batches_mutex_};
+            for (batch* out : batches_out_) {
+                lost.emplace_back(out);
+            }
+            batches_out_.clear();
+        }
+        for (const auto& landing : lost) {
+            for (cuda_piece& piece : landing->pieces) {
+                if (piece.run) {
+                    piece.run->failure = failure;
+                    kept_after_fault_.push_back(std::move(piece.run->buffer));
+                    for (const auto& waiter : piece.run->waiting) {
+                        complete_from_run(waiter, *piece.run);
+                    }
+                    piece.run->waiting.clear();
+                } else if (piece.read) {
+                    fail_after_fault(piece.read, failure);
+                }
+            }
+        }
+        while (!waiting_.empty()) {
+            const auto op = waiting_.front();
+            waiting_.pop_front();
+            fail_after_fault(op, failure);
+        }
+        queued_bytes_ = 0;
+        abandoned_.insert(abandoned_.end(), std::make_move_iterator(lost.begin()),
+                          std::make_move_iterator(lost.end()));
+        if (batches_in_flight_.fetch_sub(lost.size()) == lost.size() && shutting_down_) {
+            work_.reset();
+        }
+    }
+
+    void fail_after_fault(const std::shared_ptr<cuda_read_op>& op, const error& failure)
+    {
+        op->stopped = true;
+        kept_after_fault_.push_back(std::move(op->destination));
+        finish(op, failure);
     }
 
     // Staging pieces whose copies were never queued.
@@ -733,6 +846,10 @@ private:
     {
         if (shutting_down_ || op->stopped) {
             finish(op, cancelled_read());
+            return;
+        }
+        if (fault_) {
+            finish(op, *fault_);
             return;
         }
         waiting_.push_back(op);
@@ -953,6 +1070,13 @@ private:
 
     void landed(std::unique_ptr<batch> landing)
     {
+        {
+            const std::lock_guard lock{batches_mutex_};
+            if (batches_out_.erase(landing.get()) == 0) {
+                landing.release(); // abandoned when the context failed, which keeps it
+                return;
+            }
+        }
         completions_.fetch_add(1);
         bool released = false;
         for (cuda_piece& piece : landing->pieces) {
@@ -996,6 +1120,7 @@ private:
         landing.reset();
         if (batches_in_flight_.fetch_sub(1) == 1 && shutting_down_) {
             work_.reset();
+            context_check_.cancel();
         }
         pump();
     }
@@ -1036,6 +1161,7 @@ private:
         }
         if (batches_in_flight_.load() == 0) {
             work_.reset();
+            context_check_.cancel();
         }
     }
 
@@ -1060,6 +1186,7 @@ private:
     std::mutex ring_mutex_;
     std::condition_variable ring_space_;
     staging_ring ring_;
+    std::optional<error> ring_fault_; // under ring_mutex_: the context failed
     std::shared_ptr<device_staging> device_staging_;
     std::shared_ptr<storage_pool> record_pool_;
 
@@ -1070,6 +1197,12 @@ private:
     bool worker_has_context_ = true;
     std::atomic<std::size_t> batches_in_flight_{0};
     std::atomic<int> callbacks_inside_{0}; // host functions inside on_landed
+    std::mutex batches_mutex_;
+    std::unordered_set<batch*> batches_out_; // launched, not landed; under batches_mutex_
+    std::atomic<bool> watching_context_{false};
+    std::optional<error> fault_;                    // worker only, as are the next two
+    std::vector<std::unique_ptr<batch>> abandoned_; // out when the context failed
+    std::vector<storage> kept_after_fault_;         // what their copies target
 
     std::atomic<std::uint64_t> reads_completed_{0};
     std::atomic<std::uint64_t> reads_failed_{0};
@@ -1083,6 +1216,7 @@ private:
     std::atomic<std::uint64_t> bytes_uploaded_{0};
 
     mutable boost::asio::io_context io_{1};
+    boost::asio::steady_timer context_check_{io_}; // worker only
     boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
     std::thread worker_; // started last, by create()
 };

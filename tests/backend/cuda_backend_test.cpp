@@ -459,6 +459,17 @@ void sync_snapshots_work_from_a_plain_thread(const ruda::cuda_device& device, ra
     raw.destroy_stream(producer);
 }
 
+// A device whose copy window two pieces of 64 KiB fill: a read of 1 MiB has 2 of its 16
+// pieces queued while the copies are held.
+ruda::cuda_device two_piece_window(bool pinned_records = true)
+{
+    return ruda::cuda_device::open({.driver_library = ruda::test::fake_cuda_library(),
+                                    .piece_bytes = 64 * KiB,
+                                    .staging_bytes = 128 * KiB,
+                                    .pinned_records = pinned_records})
+        .value();
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(backend_cuda_no_driver)
@@ -606,10 +617,7 @@ BOOST_FIXTURE_TEST_CASE(fake_driver_a_cancelled_snapshot_issues_nothing_more_and
 {
     const ruda::test::watchdog guard{"cuda cancel"};
     raw_gpu raw{ruda::test::fake_cuda_library()};
-    auto small_pieces = ruda::cuda_device::open({.driver_library = ruda::test::fake_cuda_library(),
-                                                 .piece_bytes = 64 * KiB,
-                                                 .staging_bytes = 128 * KiB})
-                            .value();
+    auto small_pieces = two_piece_window();
     const ruda::cuda_stream producer = raw.new_stream();
     ruda::gradients_params grads;
     grads.insert<cuda>(ruda::param_id{1},
@@ -631,6 +639,67 @@ BOOST_FIXTURE_TEST_CASE(fake_driver_a_cancelled_snapshot_issues_nothing_more_and
     BOOST_TEST(small_pieces.stats().pieces == 2U); // of 16
     BOOST_TEST(small_pieces.stats().reads_cancelled == 1U);
     raw.destroy_stream(producer);
+}
+
+// A GPU fault fails the context: the driver never runs the host functions of the copies out,
+// so nothing would tell the snapshot, or an upload waiting for room in the ring, that they are
+// over. The device finds the failure by asking the driver and fails both, naming its error.
+BOOST_FIXTURE_TEST_CASE(fake_driver_a_context_failing_under_copies_fails_reads_and_uploads_not_hangs,
+                        fake)
+{
+    const ruda::test::watchdog guard{"cuda context failure"};
+    raw_gpu raw{ruda::test::fake_cuda_library()};
+    auto ring = two_piece_window(false); // reads through the staging ring, which they fill
+    const ruda::cuda_stream producer = raw.new_stream();
+    const ruda::cuda_stream trainer = raw.new_stream();
+    auto memory = raw.alloc(64 * KiB);
+    ruda::gradients_params grads;
+    grads.insert<cuda>(ruda::param_id{1},
+                       borrowed(raw, ring, random_bytes(MiB, 11), ruda::dtype::f32(), producer));
+    hold_copies(true);
+    drained_io context;
+    auto& io = context.io;
+    auto out = ruda::test::spawn(io, grads.to_record_async<cuda>());
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return ring.stats().pieces == 2; }));
+    // An upload waits for room in the ring, which only landing pieces make.
+    const long waits = calls("cuStreamWaitEvent");
+    ruda::result<void> uploaded = ruda::success();
+    std::thread uploader{[&] {
+        uploaded = ring.upload_into(*memory, std::vector<std::uint8_t>(64 * KiB, 1), trainer);
+    }};
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return calls("cuStreamWaitEvent") > waits; }));
+    std::this_thread::sleep_for(50ms); // into the wait for the ring
+
+    fail_context(700);
+    hold_copies(false); // the held copies are dropped: the context has failed
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return out->done.load(); }));
+    BOOST_REQUIRE(out->value && !out->value->has_value());
+    const ruda::error& failure = out->value->error();
+    BOOST_TEST(failure == errc::read_failed);
+    BOOST_TEST(failure.message().find("parameter 1") != std::string::npos, failure.message());
+    BOOST_TEST(failure.message().find("the context failed with copies in flight") !=
+                   std::string::npos,
+               failure.message());
+    BOOST_TEST(failure.message().find("CUDA_ERROR_ILLEGAL_ADDRESS") != std::string::npos,
+               failure.message());
+    uploader.join();
+    BOOST_REQUIRE(!uploaded);
+    BOOST_TEST(uploaded.error() == errc::read_failed);
+    BOOST_TEST(uploaded.error().message().find("the context failed with copies in flight") !=
+                   std::string::npos,
+               uploaded.error().message());
+    BOOST_TEST(ring.stats().reads_failed == 1U);
+
+    // Later reads fail at once with the same error; the device then closes without waiting for
+    // copies that will never land.
+    auto again = snapshot(grads);
+    BOOST_REQUIRE(!again);
+    BOOST_TEST(again.error().message().find("CUDA_ERROR_ILLEGAL_ADDRESS") != std::string::npos,
+               again.error().message());
+    grads = {};
+    { const auto closing = std::move(ring); }
+    raw.destroy_stream(producer);
+    raw.destroy_stream(trainer);
 }
 
 BOOST_FIXTURE_TEST_CASE(fake_driver_a_copy_failing_mid_snapshot_names_the_parameter_and_the_driver_error,

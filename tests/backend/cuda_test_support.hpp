@@ -142,6 +142,9 @@ struct fake {
         control<void(const char*, long, int)>("fake_cuda_fail")(entry, nth, code);
     }
     static void hold_copies(bool held) { control<void(bool)>("fake_cuda_hold_copies")(held); }
+    /// The context fails as on a GPU fault: calls that queue or wait return `code`, and no
+    /// queued copy or host function runs.
+    static void fail_context(int code) { control<void(int)>("fake_cuda_fail_context")(code); }
     static void hold_stream(cuda_stream s, bool held)
     {
         control<void(void*, bool)>("fake_cuda_hold_stream")(s, held);

@@ -5,7 +5,10 @@
 //
 // Controls for tests (extern "C", found with dlsym): inject an error into the n-th call of an
 // entry point, hold every copy at a gate, hold one stream, count calls, pageable copies, and
-// driver calls made from a host function (which the real driver forbids).
+// driver calls made from a host function (which the real driver forbids), and fail the context
+// as a GPU fault does: every call that queues or waits for work returns the error from then on,
+// and no queued copy or host function runs (the real driver never calls a host function once
+// its context has failed).
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -34,6 +37,7 @@ constexpr CUresult out_of_memory = 2;
 constexpr CUresult invalid_device = 101;
 constexpr CUresult invalid_context = 201;
 constexpr CUresult invalid_handle = 400;
+constexpr CUresult not_ready = 600;
 constexpr CUresult not_permitted = 800;
 
 // One lock for all shared state: streams, events, memory and the controls. Never destroyed:
@@ -51,6 +55,7 @@ long pageable_copies = 0;
 long calls_from_host_functions = 0;
 bool copies_held = false;
 long pending_ops = 0; // queued on any stream and not yet run
+CUresult context_fault = ok; // a failed context's error, which calls that queue or wait return
 
 int contexts[8];
 thread_local void* current_context = nullptr;
@@ -72,6 +77,8 @@ public:
         ++pending_ops;
         state_changed.notify_all();
     }
+    // Under state_mutex: whether work is queued or running.
+    [[nodiscard]] bool busy() const { return !ops_.empty() || running_; }
     void hold(bool on)
     {
         held_ = on;
@@ -101,9 +108,11 @@ private:
             }
             auto op = std::move(ops_.front());
             ops_.pop_front();
+            running_ = true;
             lock.unlock();
             op();
             lock.lock();
+            running_ = false;
             --pending_ops;
             state_changed.notify_all();
         }
@@ -111,6 +120,7 @@ private:
 
     std::deque<std::function<void()>> ops_;
     bool held_ = false;
+    bool running_ = false;
     bool stopping_ = false;
     bool finished_ = false;
     std::thread worker_;
@@ -151,6 +161,16 @@ CUresult enter(const char* entry, bool needs_context)
     return ok;
 }
 
+// `enter` for a call that queues work or waits for it: in a failed context, the context's error.
+CUresult enter_work(const char* entry)
+{
+    if (const CUresult r = enter(entry, true); r != ok) {
+        return r;
+    }
+    const std::lock_guard lock{state_mutex};
+    return context_fault;
+}
+
 bool device_range(CUdeviceptr address, std::size_t bytes) // under state_mutex
 {
     auto found = device_memory.upper_bound(address);
@@ -179,6 +199,9 @@ void enqueue_copy(void* s, void* to, const void* from, std::size_t bytes)
         {
             std::unique_lock lock{state_mutex};
             state_changed.wait(lock, [] { return !copies_held; });
+            if (context_fault != ok) {
+                return;
+            }
         }
         if (bytes != 0) { // an empty host buffer may be null
             std::memmove(to, from, bytes);
@@ -216,6 +239,7 @@ CUresult cuGetErrorName(CUresult code, const char** name)
     case invalid_device: *name = "CUDA_ERROR_INVALID_DEVICE"; return ok;
     case invalid_context: *name = "CUDA_ERROR_INVALID_CONTEXT"; return ok;
     case invalid_handle: *name = "CUDA_ERROR_INVALID_HANDLE"; return ok;
+    case not_ready: *name = "CUDA_ERROR_NOT_READY"; return ok;
     case 700: *name = "CUDA_ERROR_ILLEGAL_ADDRESS"; return ok;
     case not_permitted: *name = "CUDA_ERROR_NOT_PERMITTED"; return ok;
     default: *name = nullptr; return invalid_value;
@@ -329,7 +353,7 @@ CUresult cuEventDestroy_v2(void* e)
 
 CUresult cuEventRecord(void* e, void* s)
 {
-    if (const CUresult r = enter("cuEventRecord", true); r != ok) {
+    if (const CUresult r = enter_work("cuEventRecord"); r != ok) {
         return r;
     }
     auto* ev = static_cast<event*>(e);
@@ -345,7 +369,7 @@ CUresult cuEventRecord(void* e, void* s)
 
 CUresult cuStreamWaitEvent(void* s, void* e, unsigned)
 {
-    if (const CUresult r = enter("cuStreamWaitEvent", true); r != ok) {
+    if (const CUresult r = enter_work("cuStreamWaitEvent"); r != ok) {
         return r;
     }
     auto* ev = static_cast<event*>(e);
@@ -360,7 +384,7 @@ CUresult cuStreamWaitEvent(void* s, void* e, unsigned)
 
 CUresult cuEventSynchronize(void* e)
 {
-    if (const CUresult r = enter("cuEventSynchronize", true); r != ok) {
+    if (const CUresult r = enter_work("cuEventSynchronize"); r != ok) {
         return r;
     }
     auto* ev = static_cast<event*>(e);
@@ -373,16 +397,22 @@ CUresult cuEventSynchronize(void* e)
 CUresult cuEventElapsedTime(float* ms, void*, void*)
 {
     *ms = 0;
-    return enter("cuEventElapsedTime", true);
+    return enter_work("cuEventElapsedTime");
 }
 
 CUresult cuLaunchHostFunc(void* s, host_fn fn, void* data)
 {
-    if (const CUresult r = enter("cuLaunchHostFunc", true); r != ok) {
+    if (const CUresult r = enter_work("cuLaunchHostFunc"); r != ok) {
         return r;
     }
     const std::lock_guard lock{state_mutex};
     of(s)->enqueue([fn, data] {
+        {
+            const std::lock_guard inner{state_mutex};
+            if (context_fault != ok) {
+                return;
+            }
+        }
         in_host_function = true;
         fn(data);
         in_host_function = false;
@@ -390,9 +420,18 @@ CUresult cuLaunchHostFunc(void* s, host_fn fn, void* data)
     return ok;
 }
 
+CUresult cuStreamQuery(void* s)
+{
+    if (const CUresult r = enter_work("cuStreamQuery"); r != ok) {
+        return r;
+    }
+    const std::lock_guard lock{state_mutex};
+    return of(s)->busy() ? not_ready : ok;
+}
+
 CUresult cuStreamSynchronize(void* s)
 {
-    if (const CUresult r = enter("cuStreamSynchronize", true); r != ok) {
+    if (const CUresult r = enter_work("cuStreamSynchronize"); r != ok) {
         return r;
     }
     bool done = false;
@@ -408,7 +447,7 @@ CUresult cuStreamSynchronize(void* s)
 
 CUresult cuMemAlloc_v2(CUdeviceptr* address, std::size_t bytes)
 {
-    if (const CUresult r = enter("cuMemAlloc_v2", true); r != ok) {
+    if (const CUresult r = enter_work("cuMemAlloc_v2"); r != ok) {
         return r;
     }
     void* memory = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
@@ -457,7 +496,7 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, std::size_t* size, CUdevicep
 
 CUresult cuMemHostRegister_v2(void* p, std::size_t bytes, unsigned)
 {
-    if (const CUresult r = enter("cuMemHostRegister_v2", true); r != ok) {
+    if (const CUresult r = enter_work("cuMemHostRegister_v2"); r != ok) {
         return r;
     }
     const std::lock_guard lock{state_mutex};
@@ -476,7 +515,7 @@ CUresult cuMemHostUnregister(void* p)
 
 CUresult cuMemcpyDtoHAsync_v2(void* to, CUdeviceptr from, std::size_t bytes, void* s)
 {
-    if (const CUresult r = enter("cuMemcpyDtoHAsync_v2", true); r != ok) {
+    if (const CUresult r = enter_work("cuMemcpyDtoHAsync_v2"); r != ok) {
         return r;
     }
     const std::lock_guard lock{state_mutex};
@@ -490,7 +529,7 @@ CUresult cuMemcpyDtoHAsync_v2(void* to, CUdeviceptr from, std::size_t bytes, voi
 
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr to, const void* from, std::size_t bytes, void* s)
 {
-    if (const CUresult r = enter("cuMemcpyHtoDAsync_v2", true); r != ok) {
+    if (const CUresult r = enter_work("cuMemcpyHtoDAsync_v2"); r != ok) {
         return r;
     }
     const std::lock_guard lock{state_mutex};
@@ -504,7 +543,7 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr to, const void* from, std::size_t byte
 
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr to, CUdeviceptr from, std::size_t bytes, void* s)
 {
-    if (const CUresult r = enter("cuMemcpyDtoDAsync_v2", true); r != ok) {
+    if (const CUresult r = enter_work("cuMemcpyDtoDAsync_v2"); r != ok) {
         return r;
     }
     const std::lock_guard lock{state_mutex};
@@ -540,6 +579,15 @@ void fake_cuda_reset()
     calls_from_host_functions = 0;
     copies_held = false;
     device_count = 1;
+    context_fault = ok;
+    state_changed.notify_all();
+}
+
+/// The context fails with `code` now (a GPU fault: CUDA_ERROR_ILLEGAL_ADDRESS, say).
+void fake_cuda_fail_context(int code)
+{
+    const std::lock_guard lock{state_mutex};
+    context_fault = code;
     state_changed.notify_all();
 }
 

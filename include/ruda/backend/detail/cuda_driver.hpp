@@ -23,7 +23,8 @@ struct CUevent_st;
 using CUevent = CUevent_st*;
 using CUhostFn = void (*)(void* user_data);
 
-inline constexpr CUresult cuda_success = 0; // CUDA_SUCCESS
+inline constexpr CUresult cuda_success = 0;     // CUDA_SUCCESS
+inline constexpr CUresult cuda_not_ready = 600; // CUDA_ERROR_NOT_READY: work still queued
 inline constexpr unsigned stream_non_blocking = 0x1;  // CU_STREAM_NON_BLOCKING
 inline constexpr unsigned event_disable_timing = 0x2; // CU_EVENT_DISABLE_TIMING
 inline constexpr unsigned event_default = 0x0;
@@ -44,6 +45,7 @@ inline constexpr unsigned event_default = 0x0;
     X(cuStreamDestroy, "cuStreamDestroy_v2", CUresult(CUstream))                           \
     X(cuStreamWaitEvent, "cuStreamWaitEvent", CUresult(CUstream, CUevent, unsigned))       \
     X(cuStreamSynchronize, "cuStreamSynchronize", CUresult(CUstream))                      \
+    X(cuStreamQuery, "cuStreamQuery", CUresult(CUstream))                                  \
     X(cuLaunchHostFunc, "cuLaunchHostFunc", CUresult(CUstream, CUhostFn, void*))           \
     X(cuEventCreate, "cuEventCreate", CUresult(CUevent*, unsigned))                        \
     X(cuEventDestroy, "cuEventDestroy_v2", CUresult(CUevent))                              \
