@@ -750,7 +750,7 @@ private:
     {
         context_check_.expires_after(context_check_interval);
         context_check_.async_wait([this](const boost::system::error_code& cancelled) {
-            if (cancelled) {
+            if (cancelled || !worker_has_context_) { // without a context it cannot ask
                 watching_context_.store(false);
                 return;
             }
