@@ -660,7 +660,10 @@ BOOST_FIXTURE_TEST_CASE(fake_driver_a_context_failing_under_copies_fails_reads_a
     drained_io context;
     auto& io = context.io;
     auto out = ruda::test::spawn(io, grads.to_record_async<cuda>());
-    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return ring.stats().pieces == 2; }));
+    // Both pieces queued and their host functions launched: the reads call the driver no more.
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] {
+        return ring.stats().pieces == 2 && calls("cuLaunchHostFunc") == 2;
+    }));
     // An upload waits for room in the ring, which only landing pieces make.
     const long waits = calls("cuStreamWaitEvent");
     ruda::result<void> uploaded = ruda::success();
