@@ -465,15 +465,15 @@ public:
             {
                 std::unique_lock lock{ring_mutex_};
                 ring_space_.wait(lock, [&] {
-                    if (ring_fault_) {
+                    if (fault_) {
                         return true;
                     }
                     const auto at = ring_.allocate(size);
                     offset = at.value_or(0);
                     return at.has_value();
                 });
-                if (ring_fault_) {
-                    return *ring_fault_; // the ring's pieces will never land
+                if (fault_) {
+                    return *fault_; // the ring's pieces will never land
                 }
             }
             std::memcpy(staging_memory_ + offset, bytes.data() + done, size);
@@ -721,7 +721,6 @@ private:
             const std::lock_guard lock{batches_mutex_};
             batches_out_.insert(landing.get());
         }
-        batches_in_flight_.fetch_add(1);
         watch_context();
         if (api_.cuLaunchHostFunc(stream, &on_landed, landing.get()) == cuda_success) {
             landing.release(); // on_landed owns it now
@@ -754,10 +753,10 @@ private:
                 watching_context_.store(false);
                 return;
             }
-            if (batches_in_flight_.load() == 0) {
+            if (batches_out() == 0) {
                 watching_context_.store(false);
                 // A batch launched since the check saw the flag still set: watch for it here.
-                if (batches_in_flight_.load() == 0 || watching_context_.exchange(true)) {
+                if (batches_out() == 0 || watching_context_.exchange(true)) {
                     return;
                 }
             }
@@ -777,16 +776,17 @@ private:
     // in case a copy still moves after all.
     void context_failed(CUresult status)
     {
-        if (!fault_) {
-            fault_ = context_->failure(status, errc::read_failed,
-                                       "the context failed with copies in flight");
-            {
-                const std::lock_guard lock{ring_mutex_};
-                ring_fault_ = fault_;
+        error failure = context_->failure(status, errc::read_failed,
+                                          "the context failed with copies in flight");
+        {
+            const std::lock_guard lock{ring_mutex_};
+            if (fault_) {
+                failure = *fault_; // the first failure is the one every later call reports
+            } else {
+                fault_ = failure;
             }
-            ring_space_.notify_all();
         }
-        const error failure = *fault_;
+        ring_space_.notify_all();
         std::vector<std::unique_ptr<batch>> lost;
         {
             const std::lock_guard lock{batches_mutex_};
@@ -817,9 +817,23 @@ private:
         queued_bytes_ = 0;
         abandoned_.insert(abandoned_.end(), std::make_move_iterator(lost.begin()),
                           std::make_move_iterator(lost.end()));
-        if (batches_in_flight_.fetch_sub(lost.size()) == lost.size() && shutting_down_) {
+        if (shutting_down_ && batches_out() == 0) {
             work_.reset();
         }
+    }
+
+    // Any thread: batches launched and not landed (nor given up when the context failed).
+    std::size_t batches_out()
+    {
+        const std::lock_guard lock{batches_mutex_};
+        return batches_out_.size();
+    }
+
+    // The context's failure, once it has failed.
+    std::optional<error> fault()
+    {
+        const std::lock_guard lock{ring_mutex_};
+        return fault_;
     }
 
     void fail_after_fault(const std::shared_ptr<cuda_read_op>& op, const error& failure)
@@ -848,8 +862,8 @@ private:
             finish(op, cancelled_read());
             return;
         }
-        if (fault_) {
-            finish(op, *fault_);
+        if (auto failed = fault()) {
+            finish(op, std::move(*failed));
             return;
         }
         waiting_.push_back(op);
@@ -1118,7 +1132,7 @@ private:
             ring_space_.notify_all();
         }
         landing.reset();
-        if (batches_in_flight_.fetch_sub(1) == 1 && shutting_down_) {
+        if (shutting_down_ && batches_out() == 0) {
             work_.reset();
             context_check_.cancel();
         }
@@ -1159,7 +1173,7 @@ private:
                 finish(op, cancelled_read());
             }
         }
-        if (batches_in_flight_.load() == 0) {
+        if (batches_out() == 0) {
             work_.reset();
             context_check_.cancel();
         }
@@ -1186,7 +1200,7 @@ private:
     std::mutex ring_mutex_;
     std::condition_variable ring_space_;
     staging_ring ring_;
-    std::optional<error> ring_fault_; // under ring_mutex_: the context failed
+    std::optional<error> fault_; // under ring_mutex_: the context failed
     std::shared_ptr<device_staging> device_staging_;
     std::shared_ptr<storage_pool> record_pool_;
 
@@ -1195,14 +1209,12 @@ private:
     bool shutting_down_ = false;
     bool pump_posted_ = false;
     bool worker_has_context_ = true;
-    std::atomic<std::size_t> batches_in_flight_{0};
     std::atomic<int> callbacks_inside_{0}; // host functions inside on_landed
     std::mutex batches_mutex_;
     std::unordered_set<batch*> batches_out_; // launched, not landed; under batches_mutex_
     std::atomic<bool> watching_context_{false};
-    std::optional<error> fault_;                    // worker only, as are the next two
-    std::vector<std::unique_ptr<batch>> abandoned_; // out when the context failed
-    std::vector<storage> kept_after_fault_;         // what their copies target
+    std::vector<std::unique_ptr<batch>> abandoned_; // worker only, as is the next: out when
+    std::vector<storage> kept_after_fault_;         // the context failed, and what they target
 
     std::atomic<std::uint64_t> reads_completed_{0};
     std::atomic<std::uint64_t> reads_failed_{0};
