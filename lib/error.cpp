@@ -38,6 +38,10 @@ public:
         case errc::invalid_tensor: return "invalid tensor";
         case errc::plan_mismatch: return "ranks disagree on the save plan";
         case errc::world_size_mismatch: return "world size mismatch";
+        case errc::step_not_newer: return "step not above the newest checkpoint";
+        case errc::other_run: return "checkpoint of another run";
+        case errc::unsupported_optimizer: return "unsupported optimizer";
+        case errc::optimizer_mismatch: return "optimizer state does not fit the optimizer";
         }
         return "unknown ruda error " + std::to_string(value);
     }

@@ -5,6 +5,8 @@
 #include <ruda/checkpoint/checkpoint_file.hpp>
 #include <ruda/checkpoint/checkpoint_manager.hpp>
 #include <ruda/checkpoint/detail/json_quote.hpp>
+#include <ruda/checkpoint/detail/little_endian.hpp>
+#include <ruda/checkpoint/detail/utf8.hpp>
 #include <ruda/checkpoint/safetensors.hpp>
 #include <ruda/dist/dist_checkpoint_manager.hpp>
 
@@ -12,9 +14,11 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <system_error>
 
@@ -23,9 +27,10 @@ namespace {
 
 constexpr const char* usage =
     "usage: ruda-inspect [--json] [--verify] FILE|DIR...\n"
-    "       ruda-inspect --export-safetensors OUT FILE\n"
-    "  Lists the gradients (id, name, dtype, stored dtype, shape, size, checksum) and sections of\n"
-    "  each checkpoint file (a directory: its *.ruda files; a manager's \"latest\": the file\n"
+    "       ruda-inspect --export-safetensors OUT [--group NAME] FILE|DIR\n"
+    "  Lists the tensors (group, id, name, dtype, stored dtype, shape, size, checksum) and\n"
+    "  sections (those of up to 64 bytes with their value) of each checkpoint file, and the run\n"
+    "  and step that wrote it (a directory: its *.ruda files; a manager's \"latest\": the file\n"
     "  it names).\n"
     "  --json    the same as JSON\n"
     "  --verify  one line per file; exit 1 unless every file loads completely. For a\n"
@@ -36,8 +41,11 @@ constexpr const char* usage =
     "            manifest, and that every piece it names is in its rank's file with the\n"
     "            checksum it names, each gradient covered exactly once; a directory of such\n"
     "            steps: each step, and the one \"latest\" names\n"
-    "  --export-safetensors OUT  writes the gradients of checkpoint FILE to OUT as safetensors,\n"
-    "            each tensor named by its parameter's name, or id (after a full, verified load)\n"
+    "  --export-safetensors OUT  writes a group of checkpoint FILE (a directory or \"latest\":\n"
+    "            the checkpoint \"latest\" names) to OUT as safetensors, each tensor named by\n"
+    "            its parameter's name, or id (after a full, verified load): the group --group\n"
+    "            names, else \"weights\" where there is one, else the only group; without\n"
+    "            either, every group, each tensor named \"group.name\"\n"
     "  When standard error is a terminal, a progress line there shows each file's reading.\n"
     "  -h, --help  this text\n";
 
@@ -47,7 +55,62 @@ struct report {
     std::vector<bool> entry_ok;
     std::vector<bool> section_ok;
     std::optional<std::string> problem; // the first, on one line
+    std::vector<std::string> section_value; // what a short section holds, as `section_value`
 };
+
+// Sections of up to this many bytes are shown with their value.
+constexpr std::uint64_t shown_section_bytes = 64;
+
+bool printable_text(std::string_view text)
+{
+    return detail::valid_utf8(text) && std::none_of(text.begin(), text.end(), [](char c) {
+               const auto byte = static_cast<unsigned char>(c);
+               return (byte < 0x20 && c != '\t' && c != '\n') || byte == 0x7f;
+           });
+}
+
+std::string hex_bytes(std::span<const std::uint8_t> bytes)
+{
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string out = "0x";
+    for (const std::uint8_t b : bytes) {
+        out += digits[b >> 4U];
+        out += digits[b & 0xfU];
+    }
+    return out;
+}
+
+// What a short section holds, for a person: text when its bytes are text, a string as cereal
+// writes one (its length, then the text) as that text, 8 or 4 bytes as the integer and the
+// float they read as (a step, a loss), anything else in hexadecimal.
+std::string section_value(std::span<const std::uint8_t> bytes)
+{
+    const std::string_view text{reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+    if (!bytes.empty() && printable_text(text)) {
+        return "\"" + std::string(text) + "\"";
+    }
+    if (bytes.size() >= 8 && detail::load_le(bytes.first(8)) == bytes.size() - 8 &&
+        printable_text(text.substr(8))) {
+        return "\"" + std::string(text.substr(8)) + "\"";
+    }
+    char number[96];
+    if (bytes.size() == 8) {
+        const std::uint64_t bits = detail::load_le(bytes);
+        double real = 0;
+        std::memcpy(&real, &bits, sizeof real);
+        std::snprintf(number, sizeof number, "%llu (f64 %.17g)",
+                      static_cast<unsigned long long>(bits), real);
+        return number;
+    }
+    if (bytes.size() == 4) {
+        const auto bits = static_cast<std::uint32_t>(detail::load_le(bytes));
+        float real = 0;
+        std::memcpy(&real, &bits, sizeof real);
+        std::snprintf(number, sizeof number, "%u (f32 %.9g)", bits, static_cast<double>(real));
+        return number;
+    }
+    return hex_bytes(bytes);
+}
 
 // Keeps the first problem, without the "Checkpoint FILE: " a library message starts with:
 // every line that shows it already starts with the file.
@@ -104,7 +167,7 @@ private:
 report inspect(const std::filesystem::path& file, bool check_payloads, bool verify,
                progress_line& line)
 {
-    report r{file, {}, {}, {}, {}};
+    report r{file, {}, {}, {}, {}, {}};
     auto reader = checkpoint_reader::open(file);
     if (!reader) {
         note(r, reader.error().message());
@@ -140,6 +203,15 @@ report inspect(const std::filesystem::path& file, bool check_payloads, bool veri
             line.show(file, done += s.payload.length, total);
         }
     }
+    for (const auto& s : r.index->sections) {
+        std::string value;
+        if (s.payload.length <= shown_section_bytes) {
+            if (auto bytes = reader.value().read_section(s); bytes) {
+                value = section_value(bytes.value());
+            }
+        }
+        r.section_value.push_back(std::move(value));
+    }
     if (verify && !r.problem) {
         checkpoint_load_options options;
         options.on_progress = [&](const checkpoint_progress& p) {
@@ -173,6 +245,30 @@ std::string table_cell(const std::string& text)
     return out;
 }
 
+// ", step 3 of run R" for a file that records its run, else nothing.
+std::string identity_text(const checkpoint_index& index)
+{
+    if (!index.identity) {
+        return {};
+    }
+    return ", step " + std::to_string(index.identity->step) + " of run " + index.identity->run_id;
+}
+
+// "14 gradients", or "12 tensors in 3 groups (weights 4, gradients 4, optimizer 4)".
+std::string tensors_text(const checkpoint_index& index)
+{
+    if (index.groups.size() == 1 && index.groups.front().name == "gradients") {
+        return std::to_string(index.entries.size()) + " gradients";
+    }
+    std::string text = std::to_string(index.entries.size()) + " tensors in " +
+                       std::to_string(index.groups.size()) + " groups (";
+    for (std::size_t g = 0; g < index.groups.size(); ++g) {
+        text += (g == 0 ? "" : ", ") + index.groups[g].name + " " +
+                std::to_string(index.groups[g].count);
+    }
+    return text + ")";
+}
+
 void print_table(const report& r, std::ostream& out)
 {
     if (!r.index) {
@@ -181,24 +277,26 @@ void print_table(const report& r, std::ostream& out)
     }
     const auto& index = *r.index;
     out << r.file.string() << ": format " << index.format_version << ", written by ruda "
-        << index.producer << ", " << human_size(index.file_length) << " (" << index.file_length
-        << " bytes), " << index.entries.size() << " gradients, " << index.sections.size()
-        << " sections\n\n";
-    out << "| id | name | dtype | stored | shape | size | checksum |\n"
-           "|---:|---|---|---|---|---:|---|\n";
+        << index.producer << identity_text(index) << ", " << human_size(index.file_length)
+        << " (" << index.file_length << " bytes), " << tensors_text(index) << ", "
+        << index.sections.size() << " sections\n\n";
+    out << "| group | id | name | dtype | stored | shape | size | checksum |\n"
+           "|---|---:|---|---|---|---|---:|---|\n";
     for (std::size_t k = 0; k < index.entries.size(); ++k) {
         const auto& e = index.entries[k];
-        out << "| " << e.id << " | " << table_cell(e.name) << " | " << to_string(e.original)
+        out << "| " << table_cell(std::string(index.group_of(k))) << " | " << e.id << " | "
+            << table_cell(e.name) << " | " << to_string(e.original)
             << " | " << to_string(e.stored) << " | " << to_string(e.shape) << " | "
             << human_size(e.payload.length) << " | " << (r.entry_ok[k] ? "ok" : "MISMATCH")
             << " |\n";
     }
     if (!index.sections.empty()) {
-        out << "\n| section | size | checksum |\n|---|---:|---|\n";
+        out << "\n| section | size | checksum | value |\n|---|---:|---|---|\n";
         for (std::size_t k = 0; k < index.sections.size(); ++k) {
             const auto& s = index.sections[k];
             out << "| " << table_cell(s.name) << " | " << human_size(s.payload.length) << " | "
-                << (r.section_ok[k] ? "ok" : "MISMATCH") << " |\n";
+                << (r.section_ok[k] ? "ok" : "MISMATCH") << " | "
+                << table_cell(r.section_value[k]) << " |\n";
         }
     }
     if (r.problem) {
@@ -219,10 +317,21 @@ void print_json(const std::vector<report>& reports, std::ostream& out)
             const auto& index = *r.index;
             out << ", \"format_version\": " << index.format_version
                 << ", \"producer\": " << detail::json_quote(index.producer)
-                << ", \"bytes\": " << index.file_length << ",\n   \"entries\": [";
+                << ", \"bytes\": " << index.file_length << ", \"run_id\": "
+                << (index.identity ? detail::json_quote(index.identity->run_id) : "null")
+                << ", \"step\": "
+                << (index.identity ? std::to_string(index.identity->step) : "null")
+                << ",\n   \"groups\": [";
+            for (std::size_t g = 0; g < index.groups.size(); ++g) {
+                out << (g == 0 ? "" : ", ") << "{\"name\": "
+                    << detail::json_quote(index.groups[g].name)
+                    << ", \"tensors\": " << index.groups[g].count << "}";
+            }
+            out << "],\n   \"entries\": [";
             for (std::size_t k = 0; k < index.entries.size(); ++k) {
                 const auto& e = index.entries[k];
-                out << (k == 0 ? "" : ",") << "\n    {\"id\": " << e.id
+                out << (k == 0 ? "" : ",") << "\n    {\"group\": "
+                    << detail::json_quote(std::string(index.group_of(k))) << ", \"id\": " << e.id
                     << ", \"name\": " << (e.name.empty() ? "null" : detail::json_quote(e.name))
                     << ", \"dtype\": " << detail::json_quote(to_string(e.original))
                     << ", \"stored_dtype\": " << detail::json_quote(to_string(e.stored))
@@ -240,7 +349,10 @@ void print_json(const std::vector<report>& reports, std::ostream& out)
                 out << (k == 0 ? "" : ",") << "\n    {\"name\": " << detail::json_quote(s.name)
                     << ", \"offset\": " << s.payload.offset << ", \"bytes\": " << s.payload.length
                     << ", \"checksum\": \"" << hex(s.payload.checksum)
-                    << "\", \"checksum_ok\": " << (r.section_ok[k] ? "true" : "false") << "}";
+                    << "\", \"checksum_ok\": " << (r.section_ok[k] ? "true" : "false")
+                    << ", \"value\": "
+                    << (r.section_value[k].empty() ? "null" : detail::json_quote(r.section_value[k]))
+                    << "}";
             }
             out << "]";
         }
@@ -367,8 +479,9 @@ void print_distributed_latest(const std::filesystem::path& dir, std::ostream& ou
 }
 
 // What a checkpoint manager would make of directory `dir`, from the reports of its files (which
-// were loaded completely, like load_newest_valid loads them): the step "latest" names and the
-// newest checkpoint that loads, with each newer one passed over.
+// were loaded completely, like load_newest_valid loads them): the step and run "latest" names
+// and the newest checkpoint that loads, of that run while one of it loads, with each one passed
+// over and why.
 void print_directory(const std::filesystem::path& dir, const std::vector<report>& reports,
                      std::ostream& out)
 {
@@ -382,37 +495,130 @@ void print_directory(const std::filesystem::path& dir, const std::vector<report>
     if (steps.empty()) {
         return;
     }
-    const auto problem_of = [&](std::uint64_t step) -> std::optional<std::string> {
+    const auto report_of = [&](std::uint64_t step) -> const report* {
         const auto found = std::find_if(reports.begin(), reports.end(), [&](const report& r) {
             return r.file == manager.path_of(step);
         });
-        return found == reports.end() ? "not inspected" : found->problem;
+        return found == reports.end() ? nullptr : &*found;
+    };
+    const auto problem_of = [&](std::uint64_t step) -> std::optional<std::string> {
+        const report* r = report_of(step);
+        return r == nullptr ? "not inspected" : r->problem;
+    };
+    const auto run_of = [&](std::uint64_t step) -> std::optional<std::string> {
+        const report* r = report_of(step);
+        if (r == nullptr || !r->index || !r->index->identity) {
+            return std::nullopt;
+        }
+        return r->index->identity->run_id;
+    };
+    const auto of_run = [](const std::optional<std::string>& run) {
+        return run ? " of run " + *run : std::string{};
     };
     const auto latest = manager.latest_step();
+    const auto latest_run = manager.latest_run_id();
     out << dir.string() << ": ";
     if (!latest) {
         out << latest.error().message() << "\n";
     } else if (!latest.value()) {
         out << "no \"latest\"\n";
     } else {
-        out << "\"latest\" names step " << *latest.value()
+        out << "\"latest\" names step " << *latest.value() << of_run(latest_run)
             << (problem_of(*latest.value()) ? ", which does not load" : "") << "\n";
     }
+    // The line of the run "latest" names, by the runs the files record (as the manager does).
+    std::vector<run_identity> identities;
+    for (const std::uint64_t step : steps) {
+        const report* r = report_of(step);
+        if (r != nullptr && r->index && r->index->identity) {
+            identities.push_back(*r->index->identity);
+        }
+    }
+    const auto line = latest_run ? lineage_of(*latest_run, identities)
+                                 : std::set<std::string, std::less<>>{};
+    std::vector<std::uint64_t> of_other_runs;
     for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
+        const report* r = report_of(*step);
+        const auto run = run_of(*step);
+        if (r != nullptr && r->index && latest_run && (!run || !line.contains(*run))) {
+            out << dir.string() << ": passed over step " << *step << of_run(run)
+                << ": another run than the line of the one \"latest\" names\n";
+            of_other_runs.push_back(*step);
+            continue;
+        }
         const auto problem = problem_of(*step);
         if (!problem) {
-            out << dir.string() << ": the newest checkpoint that loads is step " << *step << "\n";
+            out << dir.string() << ": the newest checkpoint that loads is step " << *step
+                << "\n";
             return;
         }
         out << dir.string() << ": passed over step " << *step << ": " << *problem << "\n";
     }
+    for (const std::uint64_t step : of_other_runs) {
+        if (!problem_of(step)) {
+            out << dir.string() << ": the newest checkpoint that loads is step " << step
+                << of_run(run_of(step)) << ", not of the line of the run \"latest\" names: "
+                << "none of that line loads\n";
+            return;
+        }
+    }
     out << dir.string() << ": no checkpoint loads\n";
 }
 
-// Loads `file` completely (every check a load makes) and writes its gradients to `out_path`.
-int export_safetensors_of(const std::filesystem::path& file, const std::filesystem::path& out_path,
-                          std::ostream& out, progress_line& line)
+// The tensors an export writes: group `chosen`, else "weights" where there is one, else the
+// only group, each tensor under its own name; else every group, each tensor named
+// "group.name" (its id from that name, so that two groups' tensors of one parameter differ).
+result<gradients_params_record> exported_tensors(checkpoint& contents,
+                                                 const std::optional<std::string>& chosen)
 {
+    if (chosen) {
+        return contents.take_group(*chosen);
+    }
+    if (contents.group("weights") != nullptr) {
+        return contents.take_group("weights");
+    }
+    std::vector<const tensor_group*> held;
+    for (const tensor_group& g : contents.groups()) {
+        if (!g.tensors.entries().empty() || g.name != checkpoint::gradients_group) {
+            held.push_back(&g);
+        }
+    }
+    if (held.empty()) {
+        return gradients_params_record{};
+    }
+    if (held.size() == 1) {
+        const std::string only = held.front()->name;
+        return contents.take_group(only);
+    }
+    std::vector<gradient_entry> entries;
+    for (const tensor_group* g : held) {
+        for (const gradient_entry& e : g->tensors.entries()) {
+            std::string name = g->name + "." + (e.name.empty() ? to_string(e.id) : e.name);
+            entries.push_back({param_id::from_name(name), e.dtype, e.data, std::move(name)});
+        }
+    }
+    return gradients_params_record{std::move(entries)};
+}
+
+// Loads `file` completely (every check a load makes) and writes a group of it to `out_path`.
+int export_safetensors_of(std::filesystem::path file, const std::optional<std::string>& group,
+                          const std::filesystem::path& out_path, std::ostream& out,
+                          progress_line& line)
+{
+    std::error_code ec;
+    if (std::filesystem::is_directory(file, ec)) {
+        file /= "latest";
+    }
+    if (file.filename() == "latest") {
+        const checkpoint_manager manager{file.parent_path()};
+        const auto step = manager.latest_step();
+        if (!step || !step.value()) {
+            out << file.string() << ": "
+                << (step ? "no checkpoint saved yet" : step.error().message()) << "\n";
+            return 1;
+        }
+        file = manager.path_of(*step.value());
+    }
     checkpoint_load_options options;
     options.on_progress = [&](const checkpoint_progress& p) {
         line.show(file, p.bytes_done, p.bytes_total);
@@ -423,13 +629,17 @@ int export_safetensors_of(const std::filesystem::path& file, const std::filesyst
         out << file.string() << ": " << loaded.error().message() << "\n";
         return 1;
     }
-    const auto& record = loaded.value().gradients();
-    const auto written = export_safetensors(record, out_path);
+    auto record = exported_tensors(loaded.value(), group);
+    if (!record) {
+        out << file.string() << ": " << record.error().message() << "\n";
+        return 1;
+    }
+    const auto written = export_safetensors(record.value(), out_path);
     if (!written) {
         out << out_path.string() << ": " << written.error().message() << "\n";
         return 1;
     }
-    out << out_path.string() << ": " << record.entries().size() << " gradients of "
+    out << out_path.string() << ": " << record.value().entries().size() << " tensors of "
         << file.string() << ", " << written.value() << " bytes\n";
     return 0;
 }
@@ -458,11 +668,17 @@ int inspect_main(const std::vector<std::string>& args, std::ostream& out, std::o
     bool json = false;
     bool verify = false;
     std::optional<std::filesystem::path> export_to;
+    std::optional<std::string> group;
     std::vector<std::string> names;
     for (std::size_t i = 0; i < args.size(); ++i) {
         const std::string& arg = args[i];
         if (arg == "--export-safetensors" && i + 1 < args.size() && !export_to) {
             export_to = args[++i];
+        } else if (arg == "--group" && i + 1 < args.size() && !group) {
+            group = args[++i];
+        } else if (arg == "--group") {
+            out << "ruda-inspect: --group takes NAME once\n" << usage;
+            return 2;
         } else if (arg == "--json") {
             json = true;
         } else if (arg == "--verify") {
@@ -486,7 +702,11 @@ int inspect_main(const std::vector<std::string>& args, std::ostream& out, std::o
             return 2;
         }
         progress_line line{progress};
-        return export_safetensors_of(names.front(), *export_to, out, line);
+        return export_safetensors_of(names.front(), group, *export_to, out, line);
+    }
+    if (group) {
+        out << "ruda-inspect: --group goes with --export-safetensors\n" << usage;
+        return 2;
     }
     if (names.empty()) {
         out << usage;
@@ -498,7 +718,7 @@ int inspect_main(const std::vector<std::string>& args, std::ostream& out, std::o
     progress_line line{progress};
     for (const auto& file : files) {
         if (std::find(empty.begin(), empty.end(), file) != empty.end()) {
-            reports.push_back({file, {}, {}, {}, "no checkpoint files (*.ruda)"});
+            reports.push_back({file, {}, {}, {}, "no checkpoint files (*.ruda)", {}});
         } else {
             reports.push_back(inspect(file, json || !verify, verify, line));
         }
@@ -510,9 +730,14 @@ int inspect_main(const std::vector<std::string>& args, std::ostream& out, std::o
             if (r.problem) {
                 out << r.file.string() << ": " << *r.problem << "\n";
             } else {
-                out << r.file.string() << ": ok (" << r.index->entries.size() << " gradients, "
+                const auto& identity = r.index->identity;
+                out << r.file.string() << ": ok (" << tensors_text(*r.index) << ", "
                     << r.index->sections.size() << " sections, "
-                    << human_size(r.index->file_length) << ")\n";
+                    << human_size(r.index->file_length)
+                    << (identity ? "; step " + std::to_string(identity->step) + " of run " +
+                                       identity->run_id
+                                 : std::string{})
+                    << ")\n";
             }
         }
     } else if (!json) {

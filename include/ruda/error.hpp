@@ -41,6 +41,15 @@ enum class errc : int {
     plan_mismatch,
     /// A checkpoint's rank-local state cannot go to another number of ranks as asked.
     world_size_mismatch,
+    /// A manager's save of a step that is not above the newest step of its directory.
+    step_not_newer,
+    /// A checkpoint written by another run than the one asked for.
+    other_run,
+    /// An optimizer of a type ruda cannot read or restore the state of.
+    unsupported_optimizer,
+    /// A saved optimizer state that does not fit the optimizer it is restored into: another
+    /// type, other param groups, other hyper-parameters where they are checked.
+    optimizer_mismatch,
 };
 
 } // namespace ruda

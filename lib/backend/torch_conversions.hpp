@@ -1,5 +1,5 @@
-// Between torch's and ruda's descriptions of a tensor: float dtypes and shapes. Shared by
-// ruda::torch's sources; internal.
+// Between torch's and ruda's descriptions of a tensor: dtypes, shapes, and host copies of
+// tensors of any dtype both have. Shared by ruda::torch's sources; internal.
 #pragma once
 
 #include <ruda/error.hpp>
@@ -36,6 +36,37 @@ inline std::optional<c10::ScalarType> torch_float_type(dtype type)
     case dtype::kind::f16: return c10::ScalarType::Half;
     case dtype::kind::bf16: return c10::ScalarType::BFloat16;
     default: return std::nullopt;
+    }
+}
+
+/// Every dtype both have: the float ones, the integers and bool.
+inline std::optional<dtype> ruda_dtype(c10::ScalarType type)
+{
+    switch (type) {
+    case c10::ScalarType::Long: return dtype::i64();
+    case c10::ScalarType::Int: return dtype::i32();
+    case c10::ScalarType::Short: return dtype::i16();
+    case c10::ScalarType::Char: return dtype::i8();
+    case c10::ScalarType::Byte: return dtype::u8();
+    case c10::ScalarType::Bool: return dtype::boolean();
+    default: return ruda_float_dtype(type);
+    }
+}
+
+inline std::optional<c10::ScalarType> torch_type(dtype type)
+{
+    switch (type.get_kind()) {
+    case dtype::kind::i64: return c10::ScalarType::Long;
+    case dtype::kind::i32: return c10::ScalarType::Int;
+    case dtype::kind::i16: return c10::ScalarType::Short;
+    case dtype::kind::i8: return c10::ScalarType::Char;
+    case dtype::kind::u8: return c10::ScalarType::Byte;
+    case dtype::kind::boolean:
+        if (type.get_bool_store() != bool_store::native) {
+            return std::nullopt;
+        }
+        return c10::ScalarType::Bool;
+    default: return torch_float_type(type);
     }
 }
 

@@ -44,26 +44,37 @@ std::string payload_name(const checkpoint_section_info& section)
     return "section " + section.name;
 }
 
-// The bytes of every payload in file order: the entries', then the sections'. Looked up rather
-// than listed, since every allocation of a save costs page faults.
+// The bytes of every payload in file order: the entries', group by group, then the sections'.
+// Looked up rather than listed, since every allocation of a save costs page faults.
 class payload_bytes {
 public:
     explicit payload_bytes(const checkpoint& contents)
-        : entries_(contents.gradients().entries()), sections_(contents.sections())
+        : groups_(contents.groups()), sections_(contents.sections())
     {
+        for (const tensor_group& g : groups_) {
+            entries_ += g.tensors.entries().size();
+        }
     }
-    [[nodiscard]] std::size_t size() const noexcept { return entries_.size() + sections_.size(); }
+    [[nodiscard]] std::size_t size() const noexcept { return entries_ + sections_.size(); }
     [[nodiscard]] std::span<const std::uint8_t> operator[](std::size_t k) const noexcept
     {
-        if (k < entries_.size()) {
-            return entries_[k].data.bytes();
+        if (k >= entries_) {
+            return sections_[k - entries_].bytes;
         }
-        return sections_[k - entries_.size()].bytes;
+        for (const tensor_group& g : groups_) {
+            const auto& entries = g.tensors.entries();
+            if (k < entries.size()) {
+                return entries[k].data.bytes();
+            }
+            k -= entries.size();
+        }
+        return {};
     }
 
 private:
-    const std::vector<gradient_entry>& entries_;
+    const std::vector<tensor_group>& groups_;
     const std::vector<checkpoint_section>& sections_;
+    std::size_t entries_ = 0;
 };
 
 // Payloads under this size are copied into a writer's buffer with their neighbours and written
@@ -277,12 +288,36 @@ result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
                                            const checkpoint_save_options& options, file_ops& ops)
 {
     // Nothing is written that a load would refuse.
-    if (auto savable = validate_for_saving(contents.gradients()); !savable) {
+    if (auto savable = validate_for_saving(contents); !savable) {
         return in_file(path, savable.error());
     }
+    const std::optional<run_identity>& identity =
+        options.identity ? options.identity : contents.identity();
+    if (options.identity) {
+        if (auto valid = check_identity(*options.identity); !valid) {
+            return in_file(path, valid.error());
+        }
+    }
+    // A checkpoint of gradients alone is written as before groups existed.
+    const bool grouped = contents.groups().size() > 1;
     std::uint64_t header_bytes = detail::header_counts_size;
-    for (const gradient_entry& entry : contents.gradients().entries()) {
-        header_bytes += detail::header_entry_size(entry.data.shape().size(), entry.name.size());
+    std::uint64_t entry_count = 0;
+    for (const tensor_group& g : contents.groups()) {
+        if (grouped) {
+            header_bytes += detail::header_group_size(g.name.size());
+        }
+        for (const gradient_entry& entry : g.tensors.entries()) {
+            header_bytes +=
+                detail::header_entry_size(entry.data.shape().size(), entry.name.size());
+        }
+        entry_count += g.tensors.entries().size();
+    }
+    if (grouped) {
+        header_bytes += detail::header_group_count_size;
+    }
+    if (identity) {
+        header_bytes += detail::header_identity_size(identity->run_id.size(),
+                                                     identity->parent_run_id.size());
     }
     for (const checkpoint_section& section : contents.sections()) {
         header_bytes += detail::header_section_size(section.name.size());
@@ -315,15 +350,28 @@ result<std::uint64_t> save_checkpoint_file(const std::filesystem::path& path,
     frame.header_offset = plan.header_offset;
     header_sink sink{*writer, allocated(buffers[0]), plan.header_offset};
     detail::header_encoder header{
-        contents.gradients().entries().size(), contents.sections().size(),
+        entry_count, contents.sections().size(),
         [&sink](std::span<const std::uint8_t> piece) { return sink.put(piece); }};
-    std::size_t k = 0;
-    for (const gradient_entry& entry : contents.gradients().entries()) {
-        if (!entry.name.empty()) {
-            frame.flags |= detail::flag_entry_names;
+    if (identity) {
+        frame.flags |= detail::flag_run_identity;
+        BOOST_OUTCOME_TRY(header.identity(*identity));
+    }
+    if (grouped) {
+        frame.flags |= detail::flag_tensor_groups;
+        BOOST_OUTCOME_TRY(header.groups(contents.groups().size()));
+        for (const tensor_group& g : contents.groups()) {
+            BOOST_OUTCOME_TRY(header.group(g.name, g.tensors.entries().size()));
         }
-        BOOST_OUTCOME_TRY(header.entry(entry.id, entry.dtype, entry.data.dtype(),
-                                       entry.data.shape(), locations[k++], entry.name));
+    }
+    std::size_t k = 0;
+    for (const tensor_group& g : contents.groups()) {
+        for (const gradient_entry& entry : g.tensors.entries()) {
+            if (!entry.name.empty()) {
+                frame.flags |= detail::flag_entry_names;
+            }
+            BOOST_OUTCOME_TRY(header.entry(entry.id, entry.dtype, entry.data.dtype(),
+                                           entry.data.shape(), locations[k++], entry.name));
+        }
     }
     for (const checkpoint_section& section : contents.sections()) {
         BOOST_OUTCOME_TRY(header.section(section.name, locations[k++]));
@@ -481,6 +529,131 @@ constexpr std::size_t run_gap = 4096;
 
 } // namespace
 
+namespace {
+
+// What a load reads: the entries chosen (indices into the index, in file order), and the
+// groups they fall in, each with how many it has of them.
+struct selection {
+    struct group {
+        std::string name;
+        std::size_t count = 0;
+    };
+    bool full = true; // every entry: the padding is checked too
+    std::vector<group> groups;
+    std::vector<std::uint32_t> entries;
+};
+
+// Whether `name` is `prefix` or lies under it: "fc1" covers "fc1.weight" and, in an
+// optimizer's group, "fc1.weight.exp_avg".
+bool covered_by(std::string_view name, std::string_view prefix)
+{
+    return name.starts_with(prefix) &&
+           (name.size() == prefix.size() || name[prefix.size()] == '.');
+}
+
+// The groups, ids and names `options` ask for, each of which must be there.
+result<selection> select_entries(const checkpoint_index& index,
+                                 const checkpoint_load_options& options,
+                                 const std::filesystem::path& path)
+{
+    selection chosen;
+    chosen.full = !options.only_ids && !options.only_names && !options.only_groups;
+    const auto missing = [&](errc code, const std::string& what) {
+        return error{code, "Checkpoint " + path.string() + " has no " + what};
+    };
+    std::vector<const checkpoint_group_info*> groups;
+    if (options.only_groups) {
+        for (const std::string& name : *options.only_groups) {
+            const auto found = std::find_if(index.groups.begin(), index.groups.end(),
+                                            [&](const auto& g) { return g.name == name; });
+            if (found == index.groups.end()) {
+                return missing(errc::not_found, "group " + name);
+            }
+            if (std::find(groups.begin(), groups.end(), &*found) == groups.end()) {
+                groups.push_back(&*found);
+            }
+        }
+        std::sort(groups.begin(), groups.end(), [](const auto* a, const auto* b) {
+            return a->first < b->first || (a->first == b->first && a->count < b->count);
+        }); // file order
+    } else {
+        for (const checkpoint_group_info& g : index.groups) {
+            groups.push_back(&g);
+        }
+    }
+    std::size_t candidates = 0;
+    for (const checkpoint_group_info* g : groups) {
+        candidates += g->count;
+    }
+    const bool by_id = options.only_ids.has_value();
+    const bool by_name = options.only_names.has_value();
+    std::unordered_set<param_id> ids;
+    if (by_id) {
+        ids.insert(options.only_ids->begin(), options.only_ids->end());
+    }
+    std::unordered_set<param_id> ids_found;
+    std::vector<bool> names_found(by_name ? options.only_names->size() : 0, false);
+    const auto wanted = [&](const checkpoint_entry_info& e) {
+        if (!by_id && !by_name) {
+            return true;
+        }
+        bool take = false;
+        if (by_id && ids.contains(e.id)) {
+            ids_found.insert(e.id);
+            take = true;
+        }
+        for (std::size_t n = 0; by_name && n < names_found.size(); ++n) {
+            if (covered_by(e.name, (*options.only_names)[n])) {
+                names_found[n] = true;
+                take = true;
+            }
+        }
+        return take;
+    };
+    detail::reserve_prepared(chosen.entries, by_id || by_name ? 0 : candidates);
+    for (const checkpoint_group_info* g : groups) {
+        selection::group taken{g->name, 0};
+        for (std::size_t k = g->first; k < g->first + g->count; ++k) {
+            if (wanted(index.entries[k])) {
+                chosen.entries.push_back(static_cast<std::uint32_t>(k));
+                ++taken.count;
+            }
+        }
+        chosen.groups.push_back(std::move(taken));
+    }
+    if (by_id) {
+        for (const param_id id : *options.only_ids) {
+            if (!ids_found.contains(id)) {
+                return missing(errc::missing_gradient, "gradient for parameter " + to_string(id));
+            }
+        }
+    }
+    for (std::size_t n = 0; n < names_found.size(); ++n) {
+        if (!names_found[n]) {
+            return missing(errc::missing_gradient,
+                           "tensor named " + (*options.only_names)[n] + " (or under it)");
+        }
+    }
+    return chosen;
+}
+
+// A group as loaded, checked as a restore would check it: the gradients like `from_record`,
+// the other groups like `validate_tensor_group`.
+result<void> put_loaded_group(checkpoint& contents, const std::string& name,
+                              gradients_params_record tensors, const std::filesystem::path& path)
+{
+    const bool gradients = name == checkpoint::gradients_group;
+    auto valid = gradients ? validate_gradients_record(tensors) : validate_tensor_group(tensors);
+    if (!valid) {
+        return error{valid.error().code(),
+                     "Checkpoint " + path.string() + ": " +
+                         (gradients ? "" : "group " + name + ": ") + valid.error().message()};
+    }
+    return contents.put_group(name, std::move(tensors));
+}
+
+} // namespace
+
 result<void> checkpoint_reader::check_padding(std::uint64_t from, std::uint64_t to) const
 {
     std::array<std::uint8_t, 4096> chunk{};
@@ -519,42 +692,30 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
     // bytes filled in once read. A reader being consumed gives its shapes and names away rather
     // than copying them, then frees its index before the requests are made: at most the index
     // and the entries are in memory together.
+    if (!options.run_id.empty() &&
+        (!index_.identity || index_.identity->run_id != options.run_id)) {
+        return error{errc::other_run,
+                     "Checkpoint " + path().string() + " was written by " +
+                         (index_.identity ? "run " + index_.identity->run_id
+                                          : std::string{"no recorded run"}) +
+                         ", not run " + options.run_id};
+    }
+    BOOST_OUTCOME_TRY(const selection chosen, select_entries(index_, options, path()));
     std::vector<gradient_entry> entries;
     std::vector<payload_location> where; // each entry's payload
-    const auto select = [&](const checkpoint_entry_info& info) {
+    detail::reserve_prepared(entries, chosen.entries.size());
+    detail::reserve_prepared(where, chosen.entries.size());
+    for (const std::uint32_t k : chosen.entries) {
+        const checkpoint_entry_info& info = index_.entries[k];
         where.push_back(info.payload);
         if (spent != nullptr) {
-            auto& given = (*spent)[static_cast<std::size_t>(&info - spent->data())];
+            auto& given = (*spent)[k];
             entries.push_back({info.id, info.original,
                                tensor_data{storage{}, std::move(given.shape), info.stored},
                                std::move(given.name)});
         } else {
             entries.push_back({info.id, info.original,
                                tensor_data{storage{}, info.shape, info.stored}, info.name});
-        }
-    };
-    if (options.only_ids) {
-        std::unordered_map<param_id, const checkpoint_entry_info*> by_id;
-        for (const auto& entry : index_.entries) {
-            by_id.emplace(entry.id, &entry);
-        }
-        std::unordered_set<param_id> wanted;
-        for (const param_id id : *options.only_ids) {
-            const auto found = by_id.find(id);
-            if (found == by_id.end()) {
-                return error{errc::missing_gradient, "Checkpoint " + path().string() +
-                                                         " has no gradient for parameter " +
-                                                         to_string(id)};
-            }
-            if (wanted.insert(id).second) {
-                select(*found->second);
-            }
-        }
-    } else {
-        detail::reserve_prepared(entries, index_.entries.size());
-        detail::reserve_prepared(where, index_.entries.size());
-        for (const auto& entry : index_.entries) {
-            select(entry);
         }
     }
     if (spent != nullptr) {
@@ -583,7 +744,7 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
         std::sort(in_order.begin(), in_order.end(), before);
     }
 
-    const bool full = !options.only_ids;
+    const bool full = chosen.full;
     std::uint64_t payload_total = 0;
     for (const payload_request& r : requests) {
         payload_total += r.payload.length;
@@ -600,11 +761,24 @@ result<checkpoint> checkpoint_reader::load_entries(const checkpoint_load_options
     for (std::size_t k = 0; k < entry_count; ++k) {
         entries[k].data = std::move(entries[k].data).with_bytes(std::move(requests[k].bytes));
     }
-    gradients_params_record record{std::move(entries)};
-    if (auto valid = validate_gradients_record(record); !valid) {
-        return in_file(path(), valid.error());
+    checkpoint contents;
+    if (chosen.groups.size() == 1 && chosen.groups.front().count == entries.size()) {
+        // One group, the usual case: its record is the entries themselves, no copy.
+        BOOST_OUTCOME_TRY(put_loaded_group(contents, chosen.groups.front().name,
+                                           gradients_params_record{std::move(entries)}, path()));
+    } else {
+        auto next = entries.begin();
+        for (const selection::group& g : chosen.groups) {
+            std::vector<gradient_entry> members(std::make_move_iterator(next),
+                                                std::make_move_iterator(next + g.count));
+            next += static_cast<std::ptrdiff_t>(g.count);
+            BOOST_OUTCOME_TRY(put_loaded_group(
+                contents, g.name, gradients_params_record{std::move(members)}, path()));
+        }
     }
-    checkpoint contents{std::move(record)};
+    if (index_.identity) {
+        BOOST_OUTCOME_TRY(contents.set_identity(*index_.identity));
+    }
     for (std::size_t k = entry_count; k < requests.size(); ++k) {
         const checkpoint_section_info& info = *requests[k].section;
         BOOST_OUTCOME_TRY(contents.put_bytes(info.name, requests[k].bytes.to_vector()));

@@ -79,9 +79,12 @@ std::string file_name(std::uint64_t step)
 
 checkpoint_manager::checkpoint_manager(std::filesystem::path directory,
                                        checkpoint_manager_options options)
-    : directory_(std::move(directory)), options_(options),
-      ops_(options.ops != nullptr ? *options.ops : posix_file_ops())
+    : directory_(std::move(directory)), options_(std::move(options)),
+      ops_(options_.ops != nullptr ? *options_.ops : posix_file_ops())
 {
+    if (options_.run_id.empty()) {
+        options_.run_id = generate_run_id();
+    }
 }
 
 checkpoint_manager::~checkpoint_manager()
@@ -139,20 +142,95 @@ std::filesystem::path checkpoint_manager::path_of(std::uint64_t step) const
 result<saved_checkpoint> checkpoint_manager::save(std::uint64_t step, const checkpoint& contents)
 {
     const std::lock_guard lock{save_mutex_};
+    BOOST_OUTCOME_TRY(check_run_id(options_.run_id));
     std::error_code ec;
     std::filesystem::create_directories(directory_, ec);
     if (ec) {
         return error{errc::io_error, "Creating " + directory_.string() + ": " + ec.message()};
     }
     BOOST_OUTCOME_TRY(hold_directory());
+    BOOST_OUTCOME_TRY(const auto present, steps());
+    BOOST_OUTCOME_TRY(check_step(step, present));
     saved_checkpoint saved{step, path_of(step), 0, std::nullopt};
-    BOOST_OUTCOME_TRY(saved.bytes, save_checkpoint_file(saved.path, contents, options_.save, ops_));
+    checkpoint_save_options save_options = options_.save;
+    save_options.identity = run_identity{options_.run_id, step, resumed_run_id()};
+    BOOST_OUTCOME_TRY(saved.bytes, save_checkpoint_file(saved.path, contents, save_options, ops_));
 
     // "latest" moves only now that the checkpoint is durable.
-    BOOST_OUTCOME_TRY(
-        detail::write_step_pointer(directory_ / latest_name, step, file_suffix, ops_));
-    saved.cleanup_failure = after_save(step);
+    BOOST_OUTCOME_TRY(detail::write_step_pointer(directory_ / latest_name, step, file_suffix, ops_,
+                                                 options_.run_id));
+    saved.cleanup_failure = discard_newer(step);
+    if (auto failure = after_save(step); failure && !saved.cleanup_failure) {
+        saved.cleanup_failure = std::move(failure);
+    }
     return saved;
+}
+
+// A step at or below the newest present is refused unless a rollback was asked for. "latest"
+// counts too: it may name a step whose file is gone.
+result<void> checkpoint_manager::check_step(std::uint64_t step,
+                                            const std::vector<std::uint64_t>& present) const
+{
+    if (options_.on_newer == newer_checkpoints::discard) {
+        return success();
+    }
+    std::optional<std::uint64_t> newest;
+    if (!present.empty()) {
+        newest = present.back();
+    }
+    const auto latest = detail::read_pointer(directory_ / latest_name, file_suffix);
+    if (latest && latest.value() && (!newest || latest.value()->step > *newest)) {
+        newest = latest.value()->step;
+    }
+    if (!newest || *newest < step) {
+        return success();
+    }
+    std::string holder;
+    if (latest && latest.value() && !latest.value()->run_id.empty()) {
+        holder = latest.value()->run_id == options_.run_id
+                     ? " (\"latest\" names step " + std::to_string(latest.value()->step) +
+                           " of this run)"
+                     : " (\"latest\" names step " + std::to_string(latest.value()->step) +
+                           " of run " + latest.value()->run_id + ", not this run " +
+                           options_.run_id + ")";
+    }
+    return error{errc::step_not_newer,
+                 "Checkpoint directory " + directory_.string() + " holds step " +
+                     std::to_string(*newest) + holder + ", not below step " +
+                     std::to_string(step) +
+                     " of this save; save into a fresh directory, or roll back deliberately "
+                     "with newer_checkpoints::discard (\"latest\" moves to this step first, "
+                     "then the newer checkpoints are removed)"};
+}
+
+// The rollback's last part: with "latest" on `step`, every newer checkpoint goes, and the
+// directory is synced so that none comes back.
+std::optional<error> checkpoint_manager::discard_newer(std::uint64_t step)
+{
+    if (options_.on_newer != newer_checkpoints::discard) {
+        return std::nullopt;
+    }
+    auto listed = steps();
+    if (!listed) {
+        return listed.error();
+    }
+    std::optional<error> failure;
+    bool removed = false;
+    for (const std::uint64_t newer : listed.value()) {
+        if (newer <= step) {
+            continue;
+        }
+        if (auto gone = ops_.remove(path_of(newer)); !gone && !failure) {
+            failure = gone.error();
+        }
+        removed = true;
+    }
+    if (removed) {
+        if (auto synced = ops_.sync_directory(directory_); !synced && !failure) {
+            failure = synced.error();
+        }
+    }
+    return failure;
 }
 
 // Retention and stale temporary files; the save has succeeded whatever happens here.
@@ -190,21 +268,76 @@ std::shared_ptr<detail::save_state> checkpoint_manager::queue_write(std::uint64_
                                                                    checkpoint contents)
 {
     auto state = std::make_shared<detail::save_state>();
+    {
+        const std::lock_guard lock{queue_mutex_};
+        ++queued_;
+    }
     boost::asio::post(writer_, [this, state, step, contents = std::move(contents)] {
-        state->complete(save(step, contents));
+        auto outcome = save(step, contents);
+        {
+            const std::lock_guard lock{queue_mutex_};
+            --queued_;
+        }
+        queue_room_.notify_all();
+        state->complete(std::move(outcome));
     });
     return state;
+}
+
+pending_save checkpoint_manager::queue_save(std::uint64_t step, checkpoint contents)
+{
+    {
+        std::unique_lock lock{queue_mutex_};
+        const std::size_t most = std::max<std::size_t>(options_.max_queued_saves, 1);
+        queue_room_.wait(lock, [&] { return queued_ < most; });
+    }
+    return pending_save{queue_write(step, std::move(contents)),
+                        boost::asio::system_executor{}};
 }
 
 result<checkpoint> checkpoint_manager::load(std::uint64_t step,
                                             const checkpoint_load_options& options) const
 {
-    return load_checkpoint_file(path_of(step), options);
+    auto loaded = load_checkpoint_file(path_of(step), options);
+    if (loaded) {
+        note_resumed(loaded.value());
+    }
+    return loaded;
+}
+
+void checkpoint_manager::note_resumed(const checkpoint& loaded) const
+{
+    if (loaded.identity() && loaded.identity()->run_id != options_.run_id) {
+        const std::lock_guard lock{resumed_mutex_};
+        resumed_from_ = loaded.identity()->run_id;
+    }
+}
+
+std::string checkpoint_manager::resumed_run_id() const
+{
+    const std::lock_guard lock{resumed_mutex_};
+    return resumed_from_;
 }
 
 result<std::optional<std::uint64_t>> checkpoint_manager::latest_step() const
 {
     return detail::read_step_pointer(directory_ / latest_name, file_suffix);
+}
+
+std::optional<std::string> checkpoint_manager::latest_run_id() const
+{
+    const auto latest = detail::read_pointer(directory_ / latest_name, file_suffix);
+    if (!latest || !latest.value()) {
+        return std::nullopt;
+    }
+    if (!latest.value()->run_id.empty()) {
+        return latest.value()->run_id;
+    }
+    const auto reader = checkpoint_reader::open(path_of(latest.value()->step));
+    if (reader && reader.value().index().identity) {
+        return reader.value().index().identity->run_id;
+    }
+    return std::nullopt;
 }
 
 result<checkpoint> checkpoint_manager::load_latest(const checkpoint_load_options& options) const
@@ -226,18 +359,77 @@ result<checkpoint> checkpoint_manager::load_latest(const checkpoint_load_options
 result<newest_valid_checkpoint>
 checkpoint_manager::load_newest_valid(const checkpoint_load_options& options) const
 {
-    std::vector<skipped_checkpoint> skipped;
     BOOST_OUTCOME_TRY(auto candidates, steps());
     if (candidates.empty()) {
         return error{errc::not_found, "No checkpoint in " + directory_.string() + " yet"};
     }
+    // Every file's frame first: the runs they record make the line of the run "latest" names.
+    const std::optional<std::string> latest_run = latest_run_id();
+    std::vector<std::optional<checkpoint_reader>> readers;
+    std::vector<run_identity> identities;
+    std::vector<skipped_checkpoint> skipped;
     for (auto step = candidates.rbegin(); step != candidates.rend(); ++step) {
-        auto loaded = load(*step, options);
-        if (loaded) {
-            return newest_valid_checkpoint{*step, std::move(loaded).value(), std::move(skipped)};
+        auto reader = checkpoint_reader::open(path_of(*step), options.max_header_bytes);
+        if (!reader) {
+            skipped.push_back({*step, std::move(reader).error()});
+            readers.emplace_back();
+            continue;
         }
-        skipped.push_back({*step, std::move(loaded).error()});
+        if (const auto& identity = reader.value().index().identity) {
+            identities.push_back(*identity);
+        }
+        readers.emplace_back(std::move(reader).value());
     }
+    const auto line = latest_run ? lineage_of(*latest_run, identities)
+                                 : std::set<std::string, std::less<>>{};
+    const auto run_of = [](const checkpoint_reader& reader) -> std::optional<std::string> {
+        const auto& identity = reader.index().identity;
+        return identity ? std::optional{identity->run_id} : std::nullopt;
+    };
+    const auto found = [&](std::uint64_t step, checkpoint contents, bool other) {
+        note_resumed(contents);
+        std::string run = contents.identity() ? contents.identity()->run_id : std::string{};
+        std::sort(skipped.begin(), skipped.end(),
+                  [](const auto& a, const auto& b) { return a.step > b.step; });
+        return newest_valid_checkpoint{step,          std::move(contents), std::move(skipped),
+                                       std::move(run), latest_run,         other};
+    };
+    std::vector<std::size_t> of_other_runs;
+    for (std::size_t k = 0; k < readers.size(); ++k) {
+        const std::uint64_t step = candidates[candidates.size() - 1 - k];
+        if (!readers[k]) {
+            continue;
+        }
+        const auto run = run_of(*readers[k]);
+        if (latest_run && (!run || !line.contains(*run))) {
+            skipped.push_back({step,
+                               error{errc::other_run,
+                                     "written by " + (run ? "run " + *run : "no recorded run") +
+                                         ", not of the line of run " + *latest_run +
+                                         " that \"latest\" names"},
+                               run});
+            of_other_runs.push_back(k);
+            continue;
+        }
+        auto loaded = std::move(*readers[k]).load(options);
+        if (loaded) {
+            return found(step, std::move(loaded).value(), false);
+        }
+        skipped.push_back({step, std::move(loaded).error(), run});
+    }
+    // None of the line "latest" names loads: the newest of another run that does, said so.
+    for (const std::size_t k : of_other_runs) {
+        const std::uint64_t step = candidates[candidates.size() - 1 - k];
+        auto loaded = load_checkpoint_file(path_of(step), options);
+        if (loaded) {
+            return found(step, std::move(loaded).value(), true);
+        }
+        const auto at = std::find_if(skipped.begin(), skipped.end(),
+                                     [step](const auto& s) { return s.step == step; });
+        at->why = error{loaded.error().code(), at->why.message() + "; " + loaded.error().message()};
+    }
+    std::sort(skipped.begin(), skipped.end(),
+              [](const auto& a, const auto& b) { return a.step > b.step; });
     std::string why = "No checkpoint in " + directory_.string() + " loads";
     for (const skipped_checkpoint& s : skipped) {
         why += "; step " + std::to_string(s.step) + ": " + s.why.message();
@@ -258,3 +450,36 @@ result<std::vector<std::uint64_t>> checkpoint_manager::steps() const
 }
 
 } // namespace ruda
+
+namespace ruda::detail {
+
+result<void> check_group_sources(const std::vector<tensor_group_source>& groups,
+                                 const checkpoint& state)
+{
+    std::vector<std::string_view> seen;
+    for (const tensor_group_source& g : groups) {
+        BOOST_OUTCOME_TRY(check_item_name(g.name, "A group"));
+        if (std::find(seen.begin(), seen.end(), g.name) != seen.end()) {
+            return error{errc::malformed_record, "Group " + g.name + " is given twice"};
+        }
+        seen.push_back(g.name);
+        const gradients_params_record* already = state.group(g.name);
+        if (already != nullptr && !already->entries().empty()) {
+            return error{errc::malformed_record,
+                         "Group " + g.name +
+                             " is given twice: the checkpoint to save holds it already"};
+        }
+    }
+    return success();
+}
+
+result<checkpoint> with_groups(checkpoint state, std::vector<std::string> names,
+                               std::vector<gradients_params_record> records)
+{
+    for (std::size_t k = 0; k < names.size() && k < records.size(); ++k) {
+        BOOST_OUTCOME_TRY(state.put_group(std::move(names[k]), std::move(records[k])));
+    }
+    return state;
+}
+
+} // namespace ruda::detail

@@ -27,6 +27,7 @@ constexpr std::size_t dtype_size = 24;
 // The least an entry (rank 0) and a section (a 1-byte name) take in the header.
 constexpr std::size_t min_entry_size = header_entry_size(0);
 constexpr std::size_t min_section_size = header_section_size(1);
+constexpr std::size_t min_group_size = header_group_size(1);
 static_assert(header_entry_size(0) == 8 + 2 * dtype_size + 8 + 3 * 8);
 
 error malformed(const std::string& why) { return error{errc::malformed_record, why}; }
@@ -181,6 +182,51 @@ payload_location decode_payload(byte_reader& r)
     return p;
 }
 
+// The group table: names 1 to 255 bytes of UTF-8, unique, whose entry counts add up to
+// `entries` (so every entry is in exactly one group, listed group by group).
+result<std::vector<checkpoint_group_info>> decode_groups(byte_reader& r, std::uint64_t entries)
+{
+    const std::uint64_t count = r.u64();
+    if (count > r.remaining() / min_group_size) {
+        return malformed("checkpoint header claims " + std::to_string(count) + " groups in " +
+                         std::to_string(r.remaining()) + " bytes");
+    }
+    std::vector<checkpoint_group_info> groups;
+    groups.reserve(count);
+    std::set<std::string, std::less<>> names;
+    std::uint64_t first = 0;
+    for (std::uint64_t k = 0; k < count; ++k) {
+        const std::uint32_t length = r.u32();
+        if (length == 0 || length > checkpoint::max_name_length || length > r.remaining()) {
+            return malformed("checkpoint group " + std::to_string(k) +
+                             " has a name of invalid length " + std::to_string(length));
+        }
+        const auto name = r.bytes(length);
+        checkpoint_group_info g{std::string(name.begin(), name.end()), 0, 0};
+        const std::uint64_t members = r.u64();
+        if (!valid_utf8(g.name)) {
+            return malformed("checkpoint group " + std::to_string(k) +
+                             " has a name that is not UTF-8");
+        }
+        if (!names.insert(g.name).second) {
+            return malformed("checkpoint has two groups named " + g.name);
+        }
+        if (members > entries - first) {
+            return malformed("checkpoint groups hold more than its " + std::to_string(entries) +
+                             " entries");
+        }
+        g.first = static_cast<std::size_t>(first);
+        g.count = static_cast<std::size_t>(members);
+        first += members;
+        groups.push_back(std::move(g));
+    }
+    if (first != entries) {
+        return malformed("checkpoint groups hold " + std::to_string(first) + " of its " +
+                         std::to_string(entries) + " entries");
+    }
+    return groups;
+}
+
 std::string version_text(const std::array<std::uint16_t, 3>& v)
 {
     return std::to_string(v[0]) + "." + std::to_string(v[1]) + "." + std::to_string(v[2]);
@@ -279,6 +325,32 @@ result<void> header_encoder::entry(param_id id, const dtype& original, const dty
     return flush_if_full();
 }
 
+result<void> header_encoder::identity(const run_identity& identity)
+{
+    byte_writer w{buffer_};
+    w.u64(identity.step);
+    w.u32(static_cast<std::uint32_t>(identity.run_id.size()));
+    w.bytes(identity.run_id.data(), identity.run_id.size());
+    w.u32(static_cast<std::uint32_t>(identity.parent_run_id.size()));
+    w.bytes(identity.parent_run_id.data(), identity.parent_run_id.size());
+    return flush_if_full();
+}
+
+result<void> header_encoder::groups(std::uint64_t count)
+{
+    byte_writer{buffer_}.u64(count);
+    return flush_if_full();
+}
+
+result<void> header_encoder::group(std::string_view name, std::uint64_t entries)
+{
+    byte_writer w{buffer_};
+    w.u32(static_cast<std::uint32_t>(name.size()));
+    w.bytes(name.data(), name.size());
+    w.u64(entries);
+    return flush_if_full();
+}
+
 result<void> header_encoder::section(std::string_view name, const payload_location& payload)
 {
     byte_writer w{buffer_};
@@ -303,6 +375,30 @@ result<void> header_encoder::flush_if_full()
     return buffer_.size() >= flush_size ? finish() : success();
 }
 
+namespace {
+bool has_groups(const checkpoint_index& index)
+{
+    return index.groups.size() > 1 ||
+           (index.groups.size() == 1 && index.groups.front().name != "gradients");
+}
+} // namespace
+
+std::uint32_t flags_of(const checkpoint_index& index)
+{
+    std::uint32_t flags = 0;
+    if (std::any_of(index.entries.begin(), index.entries.end(),
+                    [](const checkpoint_entry_info& e) { return !e.name.empty(); })) {
+        flags |= flag_entry_names;
+    }
+    if (has_groups(index)) {
+        flags |= flag_tensor_groups;
+    }
+    if (index.identity) {
+        flags |= flag_run_identity;
+    }
+    return flags;
+}
+
 std::vector<std::uint8_t> encode_header(const checkpoint_index& index)
 {
     std::vector<std::uint8_t> out;
@@ -311,6 +407,15 @@ std::vector<std::uint8_t> encode_header(const checkpoint_index& index)
                                out.insert(out.end(), piece.begin(), piece.end());
                                return success();
                            }};
+    if (index.identity) {
+        static_cast<void>(encoder.identity(*index.identity));
+    }
+    if (has_groups(index)) {
+        static_cast<void>(encoder.groups(index.groups.size()));
+        for (const checkpoint_group_info& g : index.groups) {
+            static_cast<void>(encoder.group(g.name, g.count));
+        }
+    }
     for (const checkpoint_entry_info& e : index.entries) {
         static_cast<void>(encoder.entry(e.id, e.original, e.stored, e.shape, e.payload, e.name));
     }
@@ -406,13 +511,38 @@ result<checkpoint_index> decode_header(std::span<const std::uint8_t> header, con
     byte_reader r{header};
     const std::uint64_t entries = r.u64();
     const std::uint64_t sections = r.u64();
+    checkpoint_index index;
+    if ((f.flags & flag_run_identity) != 0) {
+        run_identity identity;
+        identity.step = r.u64();
+        const auto text = [&r](std::string& out) {
+            const std::uint32_t length = r.u32();
+            if (length > run_identity::max_run_id_length || length > r.remaining()) {
+                return false;
+            }
+            const auto bytes = r.bytes(length);
+            out.assign(bytes.begin(), bytes.end());
+            return true;
+        };
+        if (!text(identity.run_id) || !text(identity.parent_run_id)) {
+            return malformed("checkpoint run identity has a run id of invalid length");
+        }
+        if (auto valid = check_identity(identity); !valid) {
+            return malformed("checkpoint run identity: " + valid.error().message());
+        }
+        index.identity = std::move(identity);
+    }
+    if ((f.flags & flag_tensor_groups) != 0) {
+        BOOST_OUTCOME_TRY(index.groups, decode_groups(r, entries));
+    } else {
+        index.groups.push_back({"gradients", 0, static_cast<std::size_t>(entries)});
+    }
     if (entries > r.remaining() / min_entry_size ||
         sections > (r.remaining() - entries * min_entry_size) / min_section_size) {
         return malformed("checkpoint header claims " + std::to_string(entries) + " entries and " +
                          std::to_string(sections) + " sections in " +
                          std::to_string(header.size()) + " bytes");
     }
-    checkpoint_index index;
     index.format_version = f.format_version;
     index.producer = version_text(f.producer);
     index.file_length = f.file_length;
@@ -458,8 +588,13 @@ result<checkpoint_index> decode_header(std::span<const std::uint8_t> header, con
         }
         index.entries.push_back(std::move(e));
     }
-    if (auto unique = unique_parameter_names(index.entries); !unique) {
-        return malformed(unique.error().message());
+    for (const checkpoint_group_info& g : index.groups) {
+        const std::span group{index.entries.data() + g.first, g.count};
+        if (auto unique = unique_parameter_names(group); !unique) {
+            return malformed(index.groups.size() == 1
+                                 ? unique.error().message()
+                                 : "group " + g.name + ": " + unique.error().message());
+        }
     }
     std::set<std::string, std::less<>> names;
     for (std::uint64_t k = 0; k < sections; ++k) {

@@ -57,9 +57,9 @@ result<std::string> header_for(const std::vector<gradient_entry>& entries)
         const auto name = safetensors_dtype_name(entry.data.dtype());
         if (!name) {
             return error{errc::invalid_dtype,
-                         "Exporting gradient for parameter " + to_string(entry.id) +
-                             ": safetensors export takes float gradients (f64, f32, flex32, f16, "
-                             "bf16), not " + to_string(entry.data.dtype())};
+                         "Exporting tensor of parameter " + to_string(entry.id) +
+                             ": safetensors export takes float (f64, f32, flex32, f16, bf16), "
+                             "integer and bool tensors, not " + to_string(entry.data.dtype())};
         }
         if (!(detail::safetensors_dtype_from_name(*name) == entry.dtype)) {
             metadata += ',' + detail::json_quote(std::string{original_dtype_key} + tensor) + ":\"" +
@@ -133,7 +133,7 @@ result<gradients_params_record> import_from(const detail::byte_source& from,
                            std::move(plan.parameter_name)});
     }
     gradients_params_record record{std::move(entries)};
-    BOOST_OUTCOME_TRY(validate_gradients_record(record));
+    BOOST_OUTCOME_TRY(validate_tensor_group(record));
     return record;
 }
 
@@ -152,8 +152,9 @@ result<std::uint64_t> export_safetensors(const gradients_params_record& record,
     std::vector<gradient_entry> entries = record.entries();
     std::sort(entries.begin(), entries.end(),
               [](const gradient_entry& a, const gradient_entry& b) { return a.id < b.id; });
-    BOOST_OUTCOME_TRY(const auto header, header_for(entries)); // only float dtypes
-    BOOST_OUTCOME_TRY(validate_for_saving(record)); // nothing is written that an import refuses
+    BOOST_OUTCOME_TRY(const auto header, header_for(entries)); // only dtypes safetensors has
+    // Nothing is written that an import refuses.
+    BOOST_OUTCOME_TRY(validate_for_saving(record, /*gradients=*/false));
     if (header.size() > limits.max_header_bytes) {
         return error{errc::allocation_too_large,
                      "Exporting " + path.string() + ": the header would be " +

@@ -30,18 +30,32 @@ struct dtype_name {
     dtype::kind kind;
 };
 
-// safetensors' names of the float types gradients have; F32 also carries flex32.
-constexpr std::array<dtype_name, 4> dtype_names{{
+// safetensors' names of ruda's dtypes: the float types gradients have (F32 also carries
+// flex32), and the integer and bool types other tensor groups may hold (a step count, a
+// generator's state, an integer buffer). BOOL is one byte per value, ruda's native bool.
+constexpr std::array<dtype_name, 13> dtype_names{{
     {"F64", dtype::kind::f64},
     {"F32", dtype::kind::f32},
     {"F16", dtype::kind::f16},
     {"BF16", dtype::kind::bf16},
+    {"I64", dtype::kind::i64},
+    {"I32", dtype::kind::i32},
+    {"I16", dtype::kind::i16},
+    {"I8", dtype::kind::i8},
+    {"U64", dtype::kind::u64},
+    {"U32", dtype::kind::u32},
+    {"U16", dtype::kind::u16},
+    {"U8", dtype::kind::u8},
+    {"BOOL", dtype::kind::boolean},
 }};
 
 } // namespace
 
 std::optional<std::string_view> safetensors_dtype_name(dtype type)
 {
+    if (type.is_bool() && type.get_bool_store() != bool_store::native) {
+        return std::nullopt;
+    }
     const auto kind = type.get_kind() == dtype::kind::flex32 ? dtype::kind::f32 : type.get_kind();
     for (const dtype_name& entry : dtype_names) {
         if (entry.kind == kind) {
@@ -372,7 +386,8 @@ private:
         if (!stored) {
             return error{errc::invalid_dtype,
                          "safetensors " + source_ + ": " + quoted + " has dtype " + *type_name +
-                             "; gradients are F64, F32, F16 or BF16"};
+                             "; ruda reads F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, "
+                             "U8 and BOOL"};
         }
         tensor_plan plan{name, {}, 0, *stored, *stored, shape(dims->begin(), dims->end()),
                          (*offsets)[0], (*offsets)[1]};

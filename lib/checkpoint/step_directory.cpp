@@ -58,12 +58,12 @@ result<void> for_each_entry(const std::filesystem::path& dir,
     return success();
 }
 
-result<std::optional<std::uint64_t>> read_step_pointer(const std::filesystem::path& path,
-                                                       std::string_view suffix)
+result<std::optional<step_pointer>> read_pointer(const std::filesystem::path& path,
+                                                 std::string_view suffix)
 {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec) && !ec) {
-        return std::optional<std::uint64_t>{};
+        return std::optional<step_pointer>{};
     }
     // The pointer is one short line: read no more than that, whatever the file is or claims.
     BOOST_OUTCOME_TRY(const auto file, open_regular_file(path));
@@ -72,21 +72,41 @@ result<std::optional<std::uint64_t>> read_step_pointer(const std::filesystem::pa
     auto read = read_exact_at(file.fd, path, text.data(), length, 0);
     ::close(file.fd);
     BOOST_OUTCOME_TRY(std::move(read));
-    std::string line(reinterpret_cast<const char*>(text.data()), length);
-    line.resize(std::min(line.size(), line.find('\n')));
+    const std::string content(reinterpret_cast<const char*>(text.data()), length);
+    const std::size_t end = std::min(content.size(), content.find('\n'));
+    const std::string line = content.substr(0, end);
     const auto step = step_of(line, suffix);
     if (!step) {
         return error{errc::malformed_record, path.string() +
                                                  " does not name a checkpoint file: \"" +
                                                  line.substr(0, 64) + "\""};
     }
-    return step;
+    step_pointer pointer{*step, {}};
+    constexpr std::string_view run_prefix = "run ";
+    if (end < content.size()) {
+        std::string_view rest = std::string_view{content}.substr(end + 1);
+        rest = rest.substr(0, rest.find('\n'));
+        if (rest.starts_with(run_prefix)) {
+            pointer.run_id = rest.substr(run_prefix.size());
+        }
+    }
+    return pointer;
+}
+
+result<std::optional<std::uint64_t>> read_step_pointer(const std::filesystem::path& path,
+                                                       std::string_view suffix)
+{
+    BOOST_OUTCOME_TRY(const auto pointer, read_pointer(path, suffix));
+    return pointer ? std::optional{pointer->step} : std::nullopt;
 }
 
 result<void> write_step_pointer(const std::filesystem::path& path, std::uint64_t step,
-                                std::string_view suffix, file_ops& ops)
+                                std::string_view suffix, file_ops& ops, std::string_view run_id)
 {
-    const std::string pointer = step_name(step, suffix) + "\n";
+    std::string pointer = step_name(step, suffix) + "\n";
+    if (!run_id.empty()) {
+        pointer += "run " + std::string(run_id) + "\n";
+    }
     BOOST_OUTCOME_TRY(auto latest, durable_writer::create(path, ops));
     BOOST_OUTCOME_TRY(
         latest->write({reinterpret_cast<const std::uint8_t*>(pointer.data()), pointer.size()}));

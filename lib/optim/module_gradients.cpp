@@ -108,6 +108,22 @@ match(const gradients_params& tensors, std::unordered_map<param_id, named_parame
     return matched;
 }
 
+// The values matched to the module's parameters, and every parameter has one.
+result<std::vector<std::pair<at::Tensor*, at::Tensor>>>
+match_all(const gradients_params& values,
+          std::unordered_map<param_id, named_parameter>& parameters)
+{
+    BOOST_OUTCOME_TRY(auto matched, match(values, parameters));
+    if (matched.size() != parameters.size()) {
+        for (const auto& [id, parameter] : parameters) {
+            if (!values.get<torch_backend>(id)) {
+                return error{errc::not_found, "Missing value for " + label(parameter.name, id)};
+            }
+        }
+    }
+    return matched;
+}
+
 } // namespace
 
 result<gradients_params> from_module(const torch::nn::Module& module)
@@ -118,6 +134,32 @@ result<gradients_params> from_module(const torch::nn::Module& module)
 result<gradients_params> parameters_from_module(const torch::nn::Module& module)
 {
     return collect(module, [](const at::Tensor& parameter) { return parameter.detach(); });
+}
+
+result<void> check_gradients(const gradients_params& grads, const torch::nn::Module& module)
+{
+    BOOST_OUTCOME_TRY(auto parameters, parameters_by_id(module));
+    BOOST_OUTCOME_TRY(match(grads, parameters));
+    return success();
+}
+
+result<void> check_parameters(const gradients_params& values, const torch::nn::Module& module)
+{
+    BOOST_OUTCOME_TRY(auto parameters, parameters_by_id(module));
+    BOOST_OUTCOME_TRY(match_all(values, parameters));
+    return success();
+}
+
+result<void> restore_gradients(const gradients_params_record& record, torch::nn::Module& module)
+{
+    BOOST_OUTCOME_TRY(auto grads, gradients_params::from_record<torch_backend>(record, {}));
+    return restore_gradients(grads, module);
+}
+
+result<void> restore_parameters(const gradients_params_record& record, torch::nn::Module& module)
+{
+    BOOST_OUTCOME_TRY(auto values, gradients_params::from_record<torch_backend>(record, {}));
+    return restore_parameters(values, module);
 }
 
 result<void> restore_gradients(const gradients_params& grads, torch::nn::Module& module)
@@ -136,14 +178,7 @@ result<void> restore_gradients(const gradients_params& grads, torch::nn::Module&
 result<void> restore_parameters(const gradients_params& values, torch::nn::Module& module)
 {
     BOOST_OUTCOME_TRY(auto parameters, parameters_by_id(module));
-    BOOST_OUTCOME_TRY(auto matched, match(values, parameters));
-    if (matched.size() != parameters.size()) {
-        for (const auto& [id, parameter] : parameters) {
-            if (!values.get<torch_backend>(id)) {
-                return error{errc::not_found, "Missing value for " + label(parameter.name, id)};
-            }
-        }
-    }
+    BOOST_OUTCOME_TRY(auto matched, match_all(values, parameters));
     const torch::NoGradGuard no_grad;
     for (auto& [parameter, value] : matched) {
         parameter->copy_(value);

@@ -32,11 +32,16 @@ error invalid_quantization(param_id id, const std::string& reason)
             "Invalid quantized gradient for parameter " + to_string(id) + ": " + reason};
 }
 
-bool compatible(const dtype& original, const dtype& stored)
+// `exact_other`: whether a dtype that is neither float nor quantized (an integer or bool)
+// may be stored as itself, as tensor groups other than the gradients may.
+bool compatible(const dtype& original, const dtype& stored, bool exact_other)
 {
     if (original.is_quantized() || stored.is_quantized()) {
         return original.is_quantized() && stored.is_quantized() &&
                *original.scheme() == *stored.scheme();
+    }
+    if (exact_other && !original.is_float() && !stored.is_float()) {
+        return original == stored;
     }
     return original.is_float() && stored.is_float();
 }
@@ -155,9 +160,7 @@ result<void> validate_float(param_id id, const gradient_entry& entry,
     return success();
 }
 
-} // namespace
-
-result<void> validate_gradients_record(const gradients_params_record& record)
+result<void> validate_record(const gradients_params_record& record, bool exact_other)
 {
     // Snapshots and checkpoint files list ids in ascending order, which has no duplicate;
     // only another order needs the set.
@@ -177,7 +180,7 @@ result<void> validate_gradients_record(const gradients_params_record& record)
                          "Duplicate gradient parameter ID " + to_string(id)};
         }
         const auto name = [id] { return to_string(id); };
-        if (!compatible(entry.dtype, entry.data.dtype())) {
+        if (!compatible(entry.dtype, entry.data.dtype(), exact_other)) {
             return error{errc::invalid_dtype, "Invalid gradient dtype for parameter " + name() +
                                                   ": " + to_string(entry.dtype) + ", stored " +
                                                   to_string(entry.data.dtype())};
@@ -191,11 +194,23 @@ result<void> validate_gradients_record(const gradients_params_record& record)
         if (const quant_scheme* scheme = stored.scheme()) {
             BOOST_OUTCOME_TRY(validate_quantized(id, entry.data, *scheme, num_elements.value()));
         }
-        if (stored.is_float()) {
+        if (!stored.is_quantized()) {
             BOOST_OUTCOME_TRY(validate_float(id, entry, num_elements.value()));
         }
     }
     return success();
+}
+
+} // namespace
+
+result<void> validate_gradients_record(const gradients_params_record& record)
+{
+    return validate_record(record, false);
+}
+
+result<void> validate_tensor_group(const gradients_params_record& record)
+{
+    return validate_record(record, true);
 }
 
 } // namespace ruda

@@ -228,8 +228,8 @@ BOOST_AUTO_TEST_CASE(a_newer_format_version_asks_for_an_upgrade)
                  "checkpoint format version 2 (written by ruda 3.1.4) is newer than this ruda "
                  RUDA_VERSION_STRING " reads (format version 1); upgrade ruda");
     ruda::test::write_bytes(path, whole);
-    ruda::test::rewrite(path, [](auto&) {}, [](ruda::detail::frame& f) { f.flags = 4; });
-    expect_error(path, errc::unsupported_version, "flags 4");
+    ruda::test::rewrite(path, [](auto&) {}, [](ruda::detail::frame& f) { f.flags = 8; });
+    expect_error(path, errc::unsupported_version, "flags 8");
     ruda::test::write_bytes(path, whole);
     ruda::test::rewrite(path, [](auto&) {}, [](ruda::detail::frame& f) { f.format_version = 0; });
     expect_error(path, errc::malformed_record, "version 0");
@@ -620,8 +620,8 @@ BOOST_AUTO_TEST_CASE(forged_names_are_refused_at_load_and_unsavable_names_at_sav
     forge([](auto& i) { i.entries[0].name = std::string(1024, 'n'); }); // the longest allowed
     BOOST_TEST(ruda::load_checkpoint_file(path).value().gradients().entries()[0].name.size() == 1024U);
     ruda::test::write_bytes(path, whole);
-    ruda::test::rewrite(path, [](auto&) {}, [](auto& f) { f.flags = 2; });
-    expect_error(path, errc::unsupported_version, "flags 2");
+    ruda::test::rewrite(path, [](auto&) {}, [](auto& f) { f.flags = 8; });
+    expect_error(path, errc::unsupported_version, "flags 8");
 
     // A save refuses each before writing a byte.
     const auto refused = [&](std::string first, std::string second, const std::string& text) {

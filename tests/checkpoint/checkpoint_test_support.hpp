@@ -107,6 +107,13 @@ inline dtype quantized(quant_value value, quant_param param, quant_store store,
     return dtype::qfloat({value, param, store, level, quant_mode::symmetric});
 }
 
+/// A loaded checkpoint without the run identity its manager recorded: what was saved.
+inline checkpoint as_saved(checkpoint c)
+{
+    c.clear_identity();
+    return c;
+}
+
 /// A record that passes restore validation: every float dtype (NaN payloads, infinities,
 /// subnormals, signed zeros by way of patterned bytes), empty and rank-0 tensors, and
 /// quantized layouts of every store and level.

@@ -185,7 +185,9 @@ BOOST_AUTO_TEST_CASE(the_manager_saves_with_its_writers)
     const temp_dir dir;
     ruda::checkpoint_manager manager{dir.path(), {.save = {.writers = 3}}};
     BOOST_REQUIRE(manager.save(7, sample()));
-    BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "one.ruda", sample(), {.writers = 1}));
+    BOOST_REQUIRE(ruda::save_checkpoint_file(
+        dir / "one.ruda", sample(),
+        {.writers = 1, .identity = ruda::run_identity{manager.run_id(), 7}}));
     BOOST_TEST(
         (ruda::test::read_bytes(manager.path_of(7)) == ruda::test::read_bytes(dir / "one.ruda")));
 }

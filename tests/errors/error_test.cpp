@@ -22,7 +22,7 @@ ruda::result<int> doubled(int v)
     return 2 * x;
 }
 
-constexpr int errc_count = static_cast<int>(ruda::errc::world_size_mismatch);
+constexpr int errc_count = static_cast<int>(ruda::errc::optimizer_mismatch);
 
 } // namespace
 
@@ -62,7 +62,8 @@ BOOST_AUTO_TEST_CASE(contract_names_exist)
                    errc::backend_mismatch, errc::shape_mismatch, errc::unknown_parameter,
                    errc::device_unavailable, errc::directory_in_use, errc::unsupported_device,
                    errc::not_found, errc::invalid_tensor, errc::plan_mismatch,
-                   errc::world_size_mismatch}) {
+                   errc::world_size_mismatch, errc::step_not_newer, errc::other_run,
+                   errc::unsupported_optimizer, errc::optimizer_mismatch}) {
         BOOST_TEST(static_cast<int>(e) >= 1);
         BOOST_TEST(static_cast<int>(e) <= errc_count);
     }

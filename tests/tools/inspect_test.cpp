@@ -110,8 +110,10 @@ BOOST_AUTO_TEST_CASE(verify_gives_one_line_per_file_and_the_exit_status)
 BOOST_AUTO_TEST_CASE(verify_of_a_checkpoint_directory_shows_latest_and_the_newest_that_loads)
 {
     const temp_dir dir;
+    std::string run;
     {
         ruda::checkpoint_manager manager{dir.path(), {.keep_last = 3}};
+        run = manager.run_id();
         for (std::uint64_t step = 1; step <= 3; ++step) {
             ruda::checkpoint c{ruda::test::valid_sample()};
             c.put("step", step).value();
@@ -121,15 +123,17 @@ BOOST_AUTO_TEST_CASE(verify_of_a_checkpoint_directory_shows_latest_and_the_newes
     const std::string d = dir.path().string();
     const auto sound = inspect({"--verify", d});
     BOOST_TEST(sound.status == 0);
-    BOOST_TEST(contains(sound.out, d + ": \"latest\" names step 3\n" + d +
-                                       ": the newest checkpoint that loads is step 3\n"));
+    BOOST_TEST(contains(sound.out, d + ": \"latest\" names step 3 of run " + run + "\n" + d +
+                                       ": the newest checkpoint that loads is step 3\n"),
+               sound.out);
 
     const ruda::checkpoint_manager manager{dir.path()};
     corrupt_first_payload(manager.path_of(3));
     const auto damaged = inspect({"--verify", d});
     BOOST_TEST(damaged.status == 1);
     BOOST_TEST(contains(damaged.out,
-                        d + ": \"latest\" names step 3, which does not load\n" + d +
+                        d + ": \"latest\" names step 3 of run " + run +
+                            ", which does not load\n" + d +
                             ": passed over step 3: checksum mismatch in the gradient of parameter 1\n" + d +
                             ": the newest checkpoint that loads is step 2\n"),
                damaged.out);
@@ -306,7 +310,7 @@ BOOST_AUTO_TEST_CASE(export_safetensors_writes_the_gradients_of_a_sound_checkpoi
     const auto out = dir / "float.safetensors";
     const auto r = inspect({"--export-safetensors", out.string(), path.string()});
     BOOST_TEST(r.status == 0, r.out);
-    BOOST_TEST(contains(r.out, std::to_string(floats.size()) + " gradients of " + path.string()));
+    BOOST_TEST(contains(r.out, std::to_string(floats.size()) + " tensors of " + path.string()));
     const auto back = ruda::import_safetensors(out);
     BOOST_REQUIRE(back.has_value());
     BOOST_TEST(back.value().entries().size() == floats.size());
@@ -322,7 +326,179 @@ BOOST_AUTO_TEST_CASE(export_safetensors_writes_the_gradients_of_a_sound_checkpoi
     const auto quantized = sample(dir, "q.ruda");
     const auto q = inspect({"--export-safetensors", (dir / "q.safetensors").string(), quantized.string()});
     BOOST_TEST(q.status == 1);
-    BOOST_TEST(contains(q.out, "float gradients"), q.out);
+    BOOST_TEST(contains(q.out, "safetensors export takes"), q.out);
+}
+
+namespace {
+
+ruda::gradient_entry named_floats(const std::string& name, float value)
+{
+    return {ruda::param_id::from_name(name), ruda::dtype::f32(),
+            ruda::tensor_data::from_values(std::vector<float>{value, value}, {2}).value(), name};
+}
+
+// A trainer's checkpoint: weights, gradients and an optimizer's state of one parameter.
+ruda::checkpoint trainer_state()
+{
+    ruda::checkpoint c{ruda::gradients_params_record{{named_floats("fc.weight", 0.5F)}}};
+    c.put_group("weights", ruda::gradients_params_record{{named_floats("fc.weight", 1.5F)}})
+        .value();
+    c.put_group("optimizer",
+                ruda::gradients_params_record{
+                    {named_floats("fc.weight.exp_avg", 0.25F),
+                     {ruda::param_id::from_name("fc.weight.step"), ruda::dtype::i64(),
+                      ruda::tensor_data::from_values(std::vector<std::int64_t>{12}, {}).value(),
+                      "fc.weight.step"}}})
+        .value();
+    c.put("step", std::uint64_t{12}).value();
+    c.put("note", std::string{"lr warm-up done"}).value();
+    c.put("loss", 0.125).value();
+    c.put("big", std::vector<float>(32, 1.0F)).value();
+    return c;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(groups_runs_and_short_sections_are_shown)
+{
+    const temp_dir dir;
+    ruda::checkpoint_manager manager{dir.path(), {.run_id = "run-1"}};
+    BOOST_REQUIRE(manager.save(12, trainer_state()));
+    const auto file = manager.path_of(12).string();
+
+    const auto table = inspect({file});
+    BOOST_TEST(table.status == 0, table.out);
+    BOOST_TEST(contains(table.out, ", step 12 of run run-1, "), table.out);
+    BOOST_TEST(contains(table.out, "4 tensors in 3 groups (gradients 1, weights 1, optimizer 2)"));
+    BOOST_TEST(contains(table.out, "| group | id | name | dtype |"));
+    BOOST_TEST(contains(table.out, "| weights | " +
+                                       ruda::to_string(ruda::param_id::from_name("fc.weight")) +
+                                       " | fc.weight | f32 |"));
+    BOOST_TEST(contains(table.out, "| optimizer | " +
+                                       ruda::to_string(ruda::param_id::from_name("fc.weight.step")) +
+                                       " | fc.weight.step | i64 |"));
+    BOOST_TEST(contains(table.out, "| section | size | checksum | value |"));
+    BOOST_TEST(contains(table.out, "| step | 8 B | ok | 12 (f64 "), table.out);
+    BOOST_TEST(contains(table.out, "| note | 23 B | ok | \"lr warm-up done\" |"), table.out);
+    BOOST_TEST(contains(table.out, "| loss | 8 B | ok | 4593671619917905920 (f64 0.125) |"));
+    BOOST_TEST(contains(table.out, "| big | 136 B | ok |  |")); // over 64 bytes: not shown
+
+    const auto verified = inspect({"--verify", file});
+    BOOST_TEST(verified.out == file + ": ok (4 tensors in 3 groups (gradients 1, weights 1, "
+                                      "optimizer 2), 4 sections, " +
+                                   ruda::tools::human_size(std::filesystem::file_size(file)) +
+                                   "; step 12 of run run-1)\n");
+
+    const auto json = inspect({"--json", file});
+    rapidjson::Document doc;
+    doc.Parse(json.out.c_str());
+    BOOST_REQUIRE(!doc.HasParseError());
+    const auto& f = doc[0];
+    BOOST_TEST(std::string(f["run_id"].GetString()) == "run-1");
+    BOOST_TEST(f["step"].GetUint64() == 12U);
+    BOOST_REQUIRE_EQUAL(f["groups"].Size(), 3U);
+    BOOST_TEST(std::string(f["groups"][2]["name"].GetString()) == "optimizer");
+    BOOST_TEST(f["groups"][2]["tensors"].GetUint64() == 2U);
+    BOOST_TEST(std::string(f["entries"][1]["group"].GetString()) == "weights");
+    BOOST_TEST(std::string(f["sections"][1]["value"].GetString()) == "\"lr warm-up done\"");
+    BOOST_TEST(f["sections"][3]["value"].IsNull());
+    const auto plain = inspect({"--json", sample(dir, "plain.ruda").string()});
+    doc.Parse(plain.out.c_str());
+    BOOST_REQUIRE(!doc.HasParseError());
+    BOOST_TEST(doc[0]["run_id"].IsNull());
+    BOOST_TEST(std::string(doc[0]["entries"][0]["group"].GetString()) == "gradients");
+}
+
+BOOST_AUTO_TEST_CASE(verify_says_which_run_each_step_is_of)
+{
+    // The directory a new run left in an old run's: its step 100 (named by "latest") among the
+    // old run's 250 and 300 (see checkpoint_runs).
+    const temp_dir dir;
+    const temp_dir elsewhere;
+    {
+        ruda::checkpoint_manager old{dir.path(), {.keep_last = 2, .run_id = "old"}};
+        for (std::uint64_t step = 50; step <= 300; step += 50) {
+            BOOST_REQUIRE(old.save(step, ruda::checkpoint{ruda::test::valid_sample()}));
+        }
+        ruda::checkpoint_manager fresh{elsewhere.path(), {.run_id = "new"}};
+        BOOST_REQUIRE(fresh.save(100, ruda::checkpoint{ruda::test::valid_sample()}));
+    }
+    std::filesystem::copy_file(elsewhere / "step-00000000000000000100.ruda",
+                               dir / "step-00000000000000000100.ruda");
+    std::filesystem::copy_file(elsewhere / "latest", dir / "latest",
+                               std::filesystem::copy_options::overwrite_existing);
+    const std::string d = dir.path().string();
+    const auto r = inspect({"--verify", d});
+    BOOST_TEST(r.status == 0, r.out);
+    BOOST_TEST(contains(r.out, "step-00000000000000000300.ruda: ok (14 gradients, 0 sections, "),
+               r.out);
+    BOOST_TEST(contains(r.out, "; step 300 of run old)\n"));
+    BOOST_TEST(contains(r.out, d + ": \"latest\" names step 100 of run new\n" + d +
+                                   ": passed over step 300 of run old: another run than the line "
+                                   "of the one \"latest\" names\n" + d +
+                                   ": passed over step 250 of run old: another run than the line "
+                                   "of the one \"latest\" names\n" + d +
+                                   ": the newest checkpoint that loads is step 100\n"),
+               r.out);
+    BOOST_TEST(ruda::checkpoint_manager{dir.path()}.load_newest_valid().value().step == 100U);
+
+    corrupt_first_payload(dir / "step-00000000000000000100.ruda");
+    const auto fallback = inspect({"--verify", d});
+    BOOST_TEST(fallback.status == 1);
+    BOOST_TEST(contains(fallback.out, d + ": the newest checkpoint that loads is step 300 of run "
+                                          "old, not of the line of the run \"latest\" names: "
+                                          "none of that line loads\n"),
+               fallback.out);
+}
+
+BOOST_AUTO_TEST_CASE(export_follows_latest_and_chooses_a_group)
+{
+    const temp_dir dir;
+    {
+        ruda::checkpoint_manager manager{dir.path()};
+        BOOST_REQUIRE(manager.save(12, trainer_state()));
+    }
+    const auto out = dir / "out.safetensors";
+    const auto names_in = [](const std::filesystem::path& file) {
+        std::vector<std::string> names;
+        const auto imported = ruda::import_safetensors(file).value();
+        for (const auto& e : imported.entries()) {
+            names.push_back(e.name);
+        }
+        std::sort(names.begin(), names.end());
+        return names;
+    };
+    // A directory stands for the checkpoint "latest" names; the weights are the default.
+    auto r = inspect({"--export-safetensors", out.string(), dir.path().string()});
+    BOOST_TEST(r.status == 0, r.out);
+    BOOST_TEST(contains(r.out, "1 tensors of " + (dir / "step-00000000000000000012.ruda").string()));
+    BOOST_TEST(names_in(out) == std::vector<std::string>{"fc.weight"});
+    BOOST_TEST(ruda::import_safetensors(out).value().entries()[0].data.values<float>().value()[0] ==
+               1.5F);
+    r = inspect({"--export-safetensors", out.string(), "--group", "optimizer",
+                 (dir / "latest").string()});
+    BOOST_TEST(r.status == 0, r.out);
+    BOOST_TEST(names_in(out) == (std::vector<std::string>{"fc.weight.exp_avg", "fc.weight.step"}));
+    r = inspect({"--export-safetensors", out.string(), "--group", "scheduler", dir.path().string()});
+    BOOST_TEST(r.status == 1);
+    BOOST_TEST(contains(r.out, "has no group scheduler"), r.out);
+
+    // Without weights, several groups go out together, each tensor as "group.name".
+    ruda::checkpoint no_weights = trainer_state();
+    BOOST_REQUIRE(no_weights.take_group("weights"));
+    const auto file = dir / "no-weights.ruda";
+    BOOST_REQUIRE(ruda::save_checkpoint_file(file, no_weights));
+    r = inspect({"--export-safetensors", out.string(), file.string()});
+    BOOST_TEST(r.status == 0, r.out);
+    BOOST_TEST(names_in(out) == (std::vector<std::string>{"gradients.fc.weight",
+                                                          "optimizer.fc.weight.exp_avg",
+                                                          "optimizer.fc.weight.step"}));
+
+    const temp_dir empty;
+    r = inspect({"--export-safetensors", out.string(), empty.path().string()});
+    BOOST_TEST(r.status == 1);
+    BOOST_TEST(contains(r.out, "no checkpoint saved yet"), r.out);
+    BOOST_TEST(inspect({"--group", "weights", dir.path().string()}).status == 2);
 }
 
 BOOST_AUTO_TEST_CASE(a_distributed_checkpoint_shows_its_manifest_and_verifies_its_pieces)

@@ -1,7 +1,9 @@
-// What a checkpoint file holds: a gradient record and named sections of user state (model,
-// optimizer, scheduler, step, RNG...), each any cereal-serializable value.
+// What a checkpoint file holds: named groups of tensors (the gradients, the weights, the
+// optimizer's state...), named sections of user state, each any cereal-serializable value, and
+// the run and step that wrote it.
 #pragma once
 
+#include <ruda/checkpoint/run_identity.hpp>
 #include <ruda/error.hpp>
 #include <ruda/optim/gradients_params_record.hpp>
 #include <ruda/record/section_archive.hpp>
@@ -10,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,31 +28,78 @@ struct checkpoint_section {
     friend bool operator==(const checkpoint_section&, const checkpoint_section&) = default;
 };
 
-/// The contents of one checkpoint. Sections keep their insertion order.
+/// One named group of tensors: each keeps its id, name, dtype and shape, and a checkpoint
+/// file its checksum.
+struct tensor_group {
+    std::string name;
+    gradients_params_record tensors;
+
+    friend bool operator==(const tensor_group&, const tensor_group&) = default;
+};
+
+/// The contents of one checkpoint: tensor groups, the "gradients" group always first (and
+/// empty until set), then the others in the order they were put; sections in insertion order;
+/// and the run that wrote it, if it says.
 ///
-///     ruda::checkpoint ckpt{std::move(record)};
+///     ruda::checkpoint ckpt{std::move(gradients)};             // the "gradients" group
+///     ckpt.put_group("weights", std::move(weights)).value();
 ///     ckpt.put("step", step).value();
-///     ckpt.put("model", weights).value();
 ///     std::uint64_t step = 0;
 ///     ckpt.get("step", step).value();
+///
+/// A checkpoint of gradients alone is written exactly as before groups existed.
 class checkpoint {
 public:
-    /// Longest section name, in bytes.
+    /// Longest section or group name, in bytes.
     static constexpr std::size_t max_name_length = 255;
-    /// Most dimensions a gradient may have to be saved.
+    /// Most dimensions a tensor may have to be saved.
     static constexpr std::size_t max_rank = 64;
     /// Longest parameter name (`gradient_entry::name`), in bytes.
     static constexpr std::size_t max_parameter_name_length = 1024;
+    /// The group `gradients()` is.
+    static constexpr std::string_view gradients_group = "gradients";
 
-    checkpoint() = default;
-    explicit checkpoint(gradients_params_record gradients) : gradients_(std::move(gradients)) {}
+    checkpoint() : groups_{{std::string{gradients_group}, {}}} {}
+    explicit checkpoint(gradients_params_record gradients)
+        : groups_{{std::string{gradients_group}, std::move(gradients)}}
+    {
+    }
 
-    [[nodiscard]] const gradients_params_record& gradients() const& noexcept { return gradients_; }
+    /// The "gradients" group.
+    [[nodiscard]] const gradients_params_record& gradients() const& noexcept
+    {
+        return groups_.front().tensors;
+    }
     [[nodiscard]] gradients_params_record&& gradients() && noexcept
     {
-        return std::move(gradients_);
+        return std::move(groups_.front().tensors);
     }
-    void set_gradients(gradients_params_record gradients) { gradients_ = std::move(gradients); }
+    void set_gradients(gradients_params_record gradients)
+    {
+        groups_.front().tensors = std::move(gradients);
+    }
+
+    /// Puts `tensors` as group `name`, replacing a group of that name ("gradients" too).
+    /// `errc::malformed_record` for a name that is empty, over `max_name_length` bytes or not
+    /// UTF-8. The tensors are checked when the checkpoint is saved (`validate_for_saving`).
+    result<void> put_group(std::string name, gradients_params_record tensors);
+    /// Group `name`, or null.
+    [[nodiscard]] const gradients_params_record* group(std::string_view name) const noexcept;
+    /// Takes group `name` out of the checkpoint (the "gradients" group is left empty);
+    /// `errc::not_found` when there is none.
+    result<gradients_params_record> take_group(std::string_view name);
+    /// Every group, "gradients" first.
+    [[nodiscard]] const std::vector<tensor_group>& groups() const noexcept { return groups_; }
+
+    /// The run and step that wrote the checkpoint, when recorded.
+    [[nodiscard]] const std::optional<run_identity>& identity() const noexcept
+    {
+        return identity_;
+    }
+    /// Records the run, step and parent run; `errc::malformed_record` for a run id
+    /// `check_identity` refuses.
+    result<void> set_identity(run_identity identity);
+    void clear_identity() noexcept { identity_.reset(); }
 
     /// Serializes `value` into section `name`, replacing a section of that name.
     /// `errc::malformed_record` for a name that is empty, over-long or not UTF-8, or a value
@@ -106,16 +156,26 @@ public:
     friend bool operator==(const checkpoint&, const checkpoint&) = default;
 
 private:
-    gradients_params_record gradients_;
+    std::vector<tensor_group> groups_;
     std::vector<checkpoint_section> sections_;
     std::map<std::string, std::size_t, std::less<>> by_name_; // index into sections_
+    std::optional<run_identity> identity_;
 };
 
 /// The checks a load makes on a record, made by every save before it writes a byte, with the
-/// load's error codes: `validate_gradients_record`, then at most `checkpoint::max_rank`
-/// dimensions and parameter names of UTF-8 text, at most `max_parameter_name_length` bytes and
-/// unique (`errc::malformed_record`). So no save leaves a file that cannot load.
-[[nodiscard]] result<void> validate_for_saving(const gradients_params_record& record);
+/// load's error codes: `validate_gradients_record` (`validate_tensor_group` for a group other
+/// than the gradients), then at most `checkpoint::max_rank` dimensions and parameter names of
+/// UTF-8 text, at most `max_parameter_name_length` bytes and unique (`errc::malformed_record`).
+/// So no save leaves a file that cannot load.
+[[nodiscard]] result<void> validate_for_saving(const gradients_params_record& record,
+                                               bool gradients = true);
+/// The same for every group of `contents`, a failure naming the group ("Group weights: …")
+/// when it is not the gradients.
+[[nodiscard]] result<void> validate_for_saving(const checkpoint& contents);
+
+/// `errc::malformed_record` unless `name` is 1 to `checkpoint::max_name_length` bytes of UTF-8:
+/// what a section's or a group's name must be. `what` names it in the message ("A section").
+[[nodiscard]] result<void> check_item_name(std::string_view name, std::string_view what);
 
 /// `errc::malformed_record` naming the first parameter name two entries share (empty names
 /// do not count): what a checkpoint, and a safetensors export, refuses.

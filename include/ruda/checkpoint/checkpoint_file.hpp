@@ -43,10 +43,22 @@ struct checkpoint_load_options {
     bool verify_checksums = true;
     /// Whether the file may be mapped rather than read (see `load_mapping`).
     load_mapping mapping = load_mapping::when_unchangeable;
-    /// Load only these gradients (each must be present); all when empty.
+    /// Load only these groups ("weights", "optimizer"; each must be present, else
+    /// `errc::not_found`); all when empty. A file without groups has one, "gradients".
+    std::optional<std::vector<std::string>> only_groups{};
+    /// In the groups loaded, only the tensors of these ids (each must be in one of them, else
+    /// `errc::missing_gradient`); all when empty.
     std::optional<std::vector<param_id>> only_ids{};
+    /// In the groups loaded, only the tensors of these names, or whose names continue one of
+    /// them after a "." ("fc1" loads "fc1.weight" and "fc1.bias", and in the optimizer group
+    /// "fc1.weight.exp_avg"); each must select some tensor, else `errc::missing_gradient`.
+    /// With `only_ids` too, a tensor either selects is loaded.
+    std::optional<std::vector<std::string>> only_names{};
     /// The largest header accepted, whatever the file claims.
     std::uint64_t max_header_bytes = std::uint64_t{64} << 20U;
+    /// Load only a checkpoint that records this run id: one of another run, or of none, is
+    /// `errc::other_run`, before any payload is read. Any run when empty.
+    std::string run_id{};
     /// Threads reading (and verifying) payloads at once; 0 (the default): one per core, at most
     /// 4. A load of under 16 MiB of payloads uses one. docs/BENCHMARKS.md has the measurements.
     unsigned readers = 0;
@@ -73,6 +85,9 @@ struct checkpoint_save_options {
     /// short. An exception from it stops the save as a failed write would (the previous file
     /// stays), with `errc::cancelled`.
     std::function<void(const checkpoint_progress&)> on_progress{};
+    /// The run and step the file records instead of the checkpoint's own `identity()` (what a
+    /// manager gives each save, without copying the checkpoint); nothing when empty.
+    std::optional<run_identity> identity{};
 };
 
 /// Writes `contents` to `path`, once it passes every check a load would make on it

@@ -112,6 +112,57 @@ public:
         }
     }
 
+    /// Snapshots several containers as one point in time, for a checkpoint of several tensor
+    /// groups (weights, gradients, optimizer state): every handle is captured by this call, one
+    /// container after the other; the reads share one bound on reads and bytes in flight; a
+    /// backend's `snapshot_hook` runs once, for every tensor; the first failure cancels every
+    /// read. Gives a record per container, in their order. `labels[k]` names container k's
+    /// tensors in messages ("Reading weights for parameter 7: …"; "gradients", or none, reads
+    /// "gradient").
+    template <backend B>
+    [[nodiscard]] static boost::asio::awaitable<result<std::vector<gradients_params_record>>>
+    to_records_async(const std::vector<const gradients_params*>& containers,
+                     const std::vector<std::string>& labels, snapshot_options options = {})
+    {
+        const auto label = [&labels](std::size_t k) {
+            return k < labels.size() && labels[k] != "gradients" ? labels[k] : std::string{};
+        };
+        if constexpr (immediate_reads<B>) {
+            std::vector<gradients_params_record> records;
+            for (std::size_t k = 0; k < containers.size(); ++k) {
+                auto record = containers[k]->read_now_all<B>(options);
+                if (!record) {
+                    const std::string group = label(k);
+                    return fail_records(group.empty()
+                                            ? std::move(record).error()
+                                            : error{record.error().code(),
+                                                    "Group " + group + ": " +
+                                                        record.error().message()});
+                }
+                records.push_back(std::move(record).value());
+            }
+            return deliver_records(std::move(records));
+        } else {
+            std::vector<captured<B>> handles;
+            std::vector<std::size_t> sizes;
+            for (std::size_t k = 0; k < containers.size(); ++k) {
+                auto taken = containers[k]->capture<B>();
+                const std::string group = label(k);
+                for (captured<B>& handle : taken) {
+                    handle.group = group;
+                    handles.push_back(std::move(handle));
+                }
+                sizes.push_back(taken.size());
+            }
+            if constexpr (snapshot_hook<B>) {
+                if (auto begun = begin_snapshot<B>(handles); !begun) {
+                    return fail_records(std::move(begun).error());
+                }
+            }
+            return split_records(read_all<B>(std::move(handles), options), std::move(sizes));
+        }
+    }
+
     /// The same snapshot, blocking the calling thread, through `try_read_sync`. Refuses with
     /// `errc::sync_read_unavailable` ("Synchronous gradient read is unavailable: <why>; use
     /// to_record_async"), reading nothing, on a device without blocking reads, on a thread
@@ -158,6 +209,7 @@ private:
         std::optional<tensor_primitive<B>> tensor; // empty: missing or another backend's
         std::size_t bytes;                         // what its read will produce
         std::string name;
+        std::string group{}; // the group it is read for, in messages; empty: the gradients
     };
 
     // Under the caller's lock.
@@ -219,6 +271,45 @@ private:
         co_return failure;
     }
 
+    static boost::asio::awaitable<result<std::vector<gradients_params_record>>>
+    fail_records(error failure)
+    {
+        co_return failure;
+    }
+
+    // Delivers records taken at once, unless the awaiting coroutine is cancelled by then.
+    static boost::asio::awaitable<result<std::vector<gradients_params_record>>>
+    deliver_records(std::vector<gradients_params_record> records)
+    {
+        const bool cancelled = co_await detail::cancel_requested();
+        if (cancelled) {
+            co_return error{errc::cancelled, "Snapshot cancelled"};
+        }
+        co_return records;
+    }
+
+    // One record of every group's reads, cut back into the groups: `sizes[k]` entries each.
+    static boost::asio::awaitable<result<std::vector<gradients_params_record>>>
+    split_records(boost::asio::awaitable<result<gradients_params_record>> all,
+                  std::vector<std::size_t> sizes)
+    {
+        auto record = co_await std::move(all);
+        if (!record) {
+            co_return std::move(record).error();
+        }
+        auto entries = std::move(record).value().into_entries();
+        std::vector<gradients_params_record> records;
+        records.reserve(sizes.size());
+        auto next = entries.begin();
+        for (const std::size_t size : sizes) {
+            std::vector<gradient_entry> group(std::make_move_iterator(next),
+                                              std::make_move_iterator(next + size));
+            next += static_cast<std::ptrdiff_t>(size);
+            records.emplace_back(std::move(group));
+        }
+        co_return records;
+    }
+
     // Counts completed reads for `options.on_progress`; used on the gather's strand only.
     struct progress_counter {
         const std::function<void(const snapshot_progress&)>& report;
@@ -257,7 +348,9 @@ private:
         const dtype original = dtype_of<B>(*handle.tensor);
         auto data = co_await into_data<B>(*handle.tensor);
         if (!data) {
-            co_return read_failed(handle.id, data.error());
+            co_return handle.group.empty()
+                ? read_failed(handle.id, data.error())
+                : parameter_error("Reading " + handle.group, handle.id, data.error());
         }
         progress.read_done(data.value().bytes().size());
         co_return gradient_entry{handle.id, original, std::move(data).value(), handle.name};

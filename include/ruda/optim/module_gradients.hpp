@@ -5,15 +5,23 @@
 //     auto grads = ruda::from_module(model).value();            // every defined .grad()
 //     auto record = co_await grads.to_record_async<ruda::torch_backend>();
 //     ...
-//     auto restored = ruda::gradients_params::from_record<ruda::torch_backend>(record, {});
-//     ruda::restore_gradients(restored.value(), model).value();
+//     ruda::restore_gradients(record, model).value();
+//
+// Every call takes a `torch::nn::Module&` or a module holder (`torch::nn::Linear`, a
+// `TORCH_MODULE`), and the restores a record or a `gradients_params`, on the CPU as on a GPU
+// (`cuda_module_gradients.hpp`).
 #pragma once
 
 #include <ruda/backend/torch_backend.hpp>
 #include <ruda/error.hpp>
 #include <ruda/optim/gradients_params.hpp>
 
+#include <ruda/optim/gradients_params_record.hpp>
+
 #include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <type_traits>
 
 namespace ruda {
 
@@ -43,5 +51,50 @@ namespace ruda {
 /// first that has none).
 [[nodiscard]] result<void> restore_parameters(const gradients_params& values,
                                               torch::nn::Module& module);
+
+/// `restore_gradients` of a record: restored onto the CPU (`from_record<torch_backend>`, with
+/// its checks), then set. The same arguments as the GPU restore.
+[[nodiscard]] result<void> restore_gradients(const gradients_params_record& record,
+                                             torch::nn::Module& module);
+/// `restore_parameters` of a record, likewise.
+[[nodiscard]] result<void> restore_parameters(const gradients_params_record& record,
+                                              torch::nn::Module& module);
+
+/// Every check `restore_gradients` makes, changing nothing.
+[[nodiscard]] result<void> check_gradients(const gradients_params& grads,
+                                           const torch::nn::Module& module);
+/// Every check `restore_parameters` makes, changing nothing.
+[[nodiscard]] result<void> check_parameters(const gradients_params& values,
+                                            const torch::nn::Module& module);
+
+// The same calls for a module held by a holder (`torch::nn::Linear`, a `TORCH_MODULE`): the
+// holder shares the module, so the restores change the one it holds.
+template <class T>
+[[nodiscard]] result<gradients_params> from_module(const torch::nn::ModuleHolder<T>& module)
+{
+    return from_module(static_cast<const torch::nn::Module&>(*module));
+}
+template <class T>
+[[nodiscard]] result<gradients_params>
+parameters_from_module(const torch::nn::ModuleHolder<T>& module)
+{
+    return parameters_from_module(static_cast<const torch::nn::Module&>(*module));
+}
+template <class Tensors, class T>
+    requires std::is_same_v<Tensors, gradients_params> ||
+             std::is_same_v<Tensors, gradients_params_record>
+[[nodiscard]] result<void> restore_gradients(const Tensors& grads,
+                                             torch::nn::ModuleHolder<T> module)
+{
+    return restore_gradients(grads, static_cast<torch::nn::Module&>(*module));
+}
+template <class Tensors, class T>
+    requires std::is_same_v<Tensors, gradients_params> ||
+             std::is_same_v<Tensors, gradients_params_record>
+[[nodiscard]] result<void> restore_parameters(const Tensors& values,
+                                              torch::nn::ModuleHolder<T> module)
+{
+    return restore_parameters(values, static_cast<torch::nn::Module&>(*module));
+}
 
 } // namespace ruda

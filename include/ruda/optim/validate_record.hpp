@@ -16,4 +16,10 @@ namespace ruda {
 /// proportion to what the record claims.
 [[nodiscard]] result<void> validate_gradients_record(const gradients_params_record& record);
 
+/// The same checks for a checkpoint's tensor group other than the gradients (weights,
+/// optimizer state, generator states), which may also hold integer and bool tensors stored as
+/// they are: an entry whose original and stored dtypes are one and the same such dtype passes
+/// the dtype check, and its byte count is checked like a float's.
+[[nodiscard]] result<void> validate_tensor_group(const gradients_params_record& record);
+
 } // namespace ruda

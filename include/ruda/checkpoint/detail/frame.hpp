@@ -23,8 +23,16 @@ inline constexpr std::size_t payload_alignment = 64;
 /// the name follows the payload location). Set only when some entry has a name, so a file
 /// without names reads in every ruda that reads format version 1.
 inline constexpr std::uint32_t flag_entry_names = 1;
+/// Preamble flag: the entries come in named groups (a group table follows the counts, and the
+/// entries are listed group by group). Set only when a checkpoint holds a group other than
+/// "gradients", so a checkpoint of gradients alone is written as before groups existed.
+inline constexpr std::uint32_t flag_tensor_groups = 2;
+/// Preamble flag: the header records the run id and step that wrote the file, right after the
+/// counts.
+inline constexpr std::uint32_t flag_run_identity = 4;
 /// Every flag this ruda reads.
-inline constexpr std::uint32_t known_flags = flag_entry_names;
+inline constexpr std::uint32_t known_flags =
+    flag_entry_names | flag_tensor_groups | flag_run_identity;
 
 /// What the header takes: its two counts, then per entry its id, two dtypes, rank and name
 /// length, dimensions, payload location and name, per section its name's length, the name and
@@ -38,6 +46,19 @@ inline constexpr std::uint64_t header_counts_size = 16;
 [[nodiscard]] constexpr std::uint64_t header_section_size(std::uint64_t name_length) noexcept
 {
     return 4 + name_length + 24;
+}
+/// The run identity: the step, the run id's length and the run id, the parent run id's length
+/// (0 for none) and the parent run id.
+[[nodiscard]] constexpr std::uint64_t header_identity_size(std::uint64_t run_id_length,
+                                                           std::uint64_t parent_length) noexcept
+{
+    return 8 + 4 + run_id_length + 4 + parent_length;
+}
+/// The group table's count, then per group its name's length, the name and its entry count.
+inline constexpr std::uint64_t header_group_count_size = 8;
+[[nodiscard]] constexpr std::uint64_t header_group_size(std::uint64_t name_length) noexcept
+{
+    return 4 + name_length + 8;
 }
 
 /// What the preamble records.
@@ -78,8 +99,13 @@ private:
 class header_encoder {
 public:
     using sink_type = std::function<result<void>(std::span<const std::uint8_t>)>;
-    /// The header of `entries` entries and `sections` sections, in that order.
+    /// The header of `entries` entries and `sections` sections, in that order. A file with
+    /// `flag_run_identity` has `identity` next, one with `flag_tensor_groups` then `groups`
+    /// and each `group` in turn, before the entries.
     header_encoder(std::uint64_t entries, std::uint64_t sections, sink_type sink);
+    [[nodiscard]] result<void> identity(const run_identity& identity);
+    [[nodiscard]] result<void> groups(std::uint64_t count);
+    [[nodiscard]] result<void> group(std::string_view name, std::uint64_t entries);
     /// An entry; `name` is empty for one without a name (the only kind a file without
     /// `flag_entry_names` may hold).
     [[nodiscard]] result<void> entry(param_id id, const dtype& original, const dtype& stored,
@@ -100,8 +126,11 @@ private:
     std::uint64_t size_ = 0;
 };
 
-/// The entry table and sections of `index` (its payload locations filled in), in memory.
+/// The entry table and sections of `index` (its payload locations filled in), in memory, with
+/// its identity when it has one and its groups when there are several or one not named
+/// "gradients"; `flags_of(index)` are the flags such a header needs.
 [[nodiscard]] std::vector<std::uint8_t> encode_header(const checkpoint_index& index);
+[[nodiscard]] std::uint32_t flags_of(const checkpoint_index& index);
 
 /// Checks the preamble of a file of `file_length` bytes: magic, format version (a newer one is
 /// `unsupported_version`), flags, its checksum, the recorded length, and a header that lies

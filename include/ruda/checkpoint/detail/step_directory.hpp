@@ -25,12 +25,25 @@ namespace ruda::detail {
 for_each_entry(const std::filesystem::path& dir,
                const std::function<void(const std::filesystem::path&)>& each);
 
-/// The step the pointer file `path` names (one short line, a `step_name(…, suffix)`), or
-/// nothing when there is no such file yet. `errc::malformed_record` when it names no step.
+/// What a pointer file says: the step it names, and the run that saved it when a second line
+/// says ("run <id>"; empty when it does not).
+struct step_pointer {
+    std::uint64_t step = 0;
+    std::string run_id;
+};
+
+/// The step the pointer file `path` names (one short line, a `step_name(…, suffix)`, then
+/// perhaps the run's line), or nothing when there is no such file yet.
+/// `errc::malformed_record` when it names no step.
+[[nodiscard]] result<std::optional<step_pointer>>
+read_pointer(const std::filesystem::path& path, std::string_view suffix);
+/// Only the step of `read_pointer`.
 [[nodiscard]] result<std::optional<std::uint64_t>>
 read_step_pointer(const std::filesystem::path& path, std::string_view suffix);
-/// Points `path` at `step`, durably and atomically.
+/// Points `path` at `step` of run `run_id` (no run line when empty), durably and atomically.
+/// Readers that predate the run line read the first line only.
 [[nodiscard]] result<void> write_step_pointer(const std::filesystem::path& path, std::uint64_t step,
-                                              std::string_view suffix, file_ops& ops);
+                                              std::string_view suffix, file_ops& ops,
+                                              std::string_view run_id = {});
 
 } // namespace ruda::detail

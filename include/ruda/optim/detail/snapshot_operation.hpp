@@ -65,10 +65,11 @@ boost::asio::any_io_executor operation_executor(const Handler& handler, token_ex
 // suspended inside the snapshot: Asio 1.81's co_spawn lets a cancellation that reaches a
 // coroutine before it first runs, or after it finished, escape from run() as an exception.
 // Every cancellation type is honoured alike: a cancelled snapshot produces nothing.
-template <class Handler>
-class snapshot_operation : public std::enable_shared_from_this<snapshot_operation<Handler>> {
+// `T`: what the snapshot produces (a record, or a record per group).
+template <class Handler, class T = gradients_params_record>
+class snapshot_operation : public std::enable_shared_from_this<snapshot_operation<Handler, T>> {
 public:
-    using operation = boost::asio::awaitable<result<gradients_params_record>>;
+    using operation = boost::asio::awaitable<result<T>>;
 
     snapshot_operation(Handler handler, const boost::asio::any_io_executor& executor)
         : handler_(std::move(handler)), strand_(boost::asio::make_strand(executor)),
@@ -136,32 +137,40 @@ private:
     boost::asio::strand<boost::asio::any_io_executor> strand_;
     boost::asio::any_io_executor work_;
     boost::asio::cancellation_signal signal_;
-    std::optional<result<gradients_params_record>> value_;
+    std::optional<result<T>> value_;
     bool started_ = false;
     bool cancel_requested_ = false;
     bool finished_ = false;
 };
 
 struct initiate_snapshot {
-    template <class Handler, class Executor>
-    void operator()(Handler handler, boost::asio::awaitable<result<gradients_params_record>> op,
+    template <class Handler, class T, class Executor>
+    void operator()(Handler handler, boost::asio::awaitable<result<T>> op,
                     const Executor& executor_choice) const
     {
         const auto executor = operation_executor(handler, executor_choice);
         auto operation =
-            std::make_shared<snapshot_operation<Handler>>(std::move(handler), executor);
+            std::make_shared<snapshot_operation<Handler, T>>(std::move(handler), executor);
         operation->start(std::move(op));
     }
 };
 
-/// Runs an already created snapshot (`to_record_async`) for any completion token, on
-/// `executor` (an `any_io_executor`, or `token_executor` for the token's associated one).
-template <class Executor, class CompletionToken>
-auto async_run_snapshot(boost::asio::awaitable<result<gradients_params_record>> op,
-                        Executor executor, CompletionToken&& token)
+/// Runs an already created snapshot (`to_record_async`, `to_records_async`) for any completion
+/// token, on `executor` (an `any_io_executor`, or `token_executor` for the token's associated
+/// one).
+template <class T, class Executor, class CompletionToken>
+auto async_run_snapshot(boost::asio::awaitable<result<T>> op, Executor executor,
+                        CompletionToken&& token)
 {
-    return boost::asio::async_initiate<CompletionToken, void(result<gradients_params_record>)>(
+    return boost::asio::async_initiate<CompletionToken, void(result<T>)>(
         initiate_snapshot{}, token, std::move(op), std::move(executor));
+}
+
+/// A snapshot that fails with `failure` as soon as it runs.
+template <class T>
+boost::asio::awaitable<result<T>> failed_snapshot(error failure)
+{
+    co_return failure;
 }
 
 } // namespace ruda::detail
