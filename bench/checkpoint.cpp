@@ -13,7 +13,9 @@
 //   ruda's save and load with one writer and one reader, and with --sweep with 2, 4 and 8;
 //   the same load of a file the kernel keeps from changing, which ruda maps instead of reading
 //   (the immutable flag where this process may set it, else a sealed memfd copy of the file);
-//   peak RSS while saving and while loading, each in a child process, against the record size.
+//   peak RSS while saving and while loading, each in a child process, against the record size;
+//   the save of a trainer's whole state (weights, gradients and Adam's two moments: tensor
+//   groups of 4x the gradients' bytes)  vs  four times the gradients-only save.
 // The default is 64 x 4 MiB f32 gradients (256 MiB); --elements sets a tensor's size in
 // elements instead (100,000 x 16 for the small-tensor case), --dtype bf16 stores them as bf16.
 // Every variant runs once per repetition, starting at a different one each time; figures are
@@ -106,20 +108,43 @@ void parse(int argc, char** argv, settings& s)
     std::exit(1);
 }
 
-// Tensor i holds i + k * 0.001 at index k, in f32 arithmetic (the torch peers make the same).
-ruda::checkpoint make_checkpoint(std::size_t tensors, std::size_t elements, ruda::dtype dtype)
+// Tensor i holds i + k * 0.001 at index k, in f32 arithmetic (the torch peers make the same),
+// plus `offset`; ids from `first_id` on.
+ruda::gradients_params_record make_record(std::size_t tensors, std::size_t elements,
+                                          ruda::dtype dtype, float offset = 0,
+                                          std::uint64_t first_id = 1)
 {
     std::vector<ruda::gradient_entry> entries;
     for (std::size_t i = 0; i < tensors; ++i) {
         std::vector<float> values(elements);
         for (std::size_t k = 0; k < elements; ++k) {
-            values[k] = static_cast<float>(i) + static_cast<float>(k) * 1e-3F;
+            values[k] = static_cast<float>(i) + static_cast<float>(k) * 1e-3F + offset;
         }
         auto data = ruda::tensor_data::from_values(std::move(values), {elements}).value();
-        entries.push_back({ruda::param_id{i + 1}, dtype, std::move(data).convert(dtype).value()});
+        entries.push_back(
+            {ruda::param_id{first_id + i}, dtype, std::move(data).convert(dtype).value()});
     }
-    ruda::checkpoint c{ruda::gradients_params_record{std::move(entries)}};
+    return ruda::gradients_params_record{std::move(entries)};
+}
+
+ruda::checkpoint make_checkpoint(std::size_t tensors, std::size_t elements, ruda::dtype dtype)
+{
+    ruda::checkpoint c{make_record(tensors, elements, dtype)};
     c.put("step", std::uint64_t{1000}).value();
+    return c;
+}
+
+// A trainer's whole state of the same model: the gradients, the weights, and Adam's two
+// moments per parameter in the optimizer group, four times the gradients' bytes.
+ruda::checkpoint make_training_state(std::size_t tensors, std::size_t elements, ruda::dtype dtype)
+{
+    ruda::checkpoint c = make_checkpoint(tensors, elements, dtype);
+    c.put_group("weights", make_record(tensors, elements, dtype, 0.5F)).value();
+    auto moments = make_record(tensors, elements, dtype, 0.25F).into_entries();
+    for (auto& entry : make_record(tensors, elements, dtype, 0.75F, tensors + 1).into_entries()) {
+        moments.push_back(std::move(entry));
+    }
+    c.put_group("optimizer", ruda::gradients_params_record{std::move(moments)}).value();
     return c;
 }
 
@@ -384,6 +409,7 @@ int main(int argc, char** argv)
     const std::size_t tensor_bytes = elements * s.dtype.size();
     const double record_bytes = static_cast<double>(s.tensors * tensor_bytes);
     const auto saved_path = dir / "ruda.ruda";
+    const auto training_path = dir / "training.ruda";
     const auto raw_path = dir / "raw.bin";
 
     // Peak RSS first, while this process holds nothing large that a child would share.
@@ -400,6 +426,7 @@ int main(int argc, char** argv)
     });
 
     const auto contents = make_checkpoint(s.tensors, elements, s.dtype);
+    const auto training_state = make_training_state(s.tensors, elements, s.dtype);
     const auto grads = ruda::gradients_params::from_record<cpu>(contents.gradients(), {}).value();
 
     std::vector<double> fresh_copy_times;
@@ -429,7 +456,12 @@ int main(int argc, char** argv)
     // writers and with one (and, with --sweep, with each number). Reads likewise.
     std::vector<std::pair<std::string, std::function<void()>>> writes{
         {"raw_write", [&] { bench::raw_write(raw_path, contents, 0, s.tensors); }},
-        {"save", save_with(ruda::checkpoint_save_options{}.writers)}};
+        {"save", save_with(ruda::checkpoint_save_options{}.writers)},
+        {"save_training_state", [&] {
+             if (!ruda::save_checkpoint_file(training_path, training_state)) {
+                 die("save the training state");
+             }
+         }}};
     std::vector<std::string> reads{"raw_read", "load"};
     for (const unsigned n : parallel_counts) {
         if (n == 1) {
@@ -486,8 +518,12 @@ int main(int argc, char** argv)
         quiet();
         for (std::size_t k = 0; k < writes.size(); ++k) {
             const auto& [name, write] = writes[(k + static_cast<std::size_t>(r)) % writes.size()];
-            if (name == "raw_write" || name.rfind("save", 0) == 0) {
-                fs::remove(name == "raw_write" ? raw_path : saved_path);
+            if (name == "raw_write") {
+                fs::remove(raw_path);
+            } else if (name == "save_training_state") {
+                fs::remove(training_path);
+            } else if (name.rfind("save", 0) == 0) {
+                fs::remove(saved_path);
             }
             ::sync();
             times[name].push_back(seconds(write));
@@ -556,6 +592,8 @@ int main(int argc, char** argv)
     const auto gbs = [&](double t) { return record_bytes / t / 1e9; };
     const double snapshot_ratio = median(fresh_copy_times) / median(snapshot_times);
     const double save_ratio = median(raw_write_times) / median(save_times);
+    const double training_save = median(times["save_training_state"]);
+    const double training_ratio = 4 * median(save_times) / training_save;
     const double load_ratio = median(raw_read_times) / median(load_times);
     // One row per number of writers (readers) measured, against the one-thread baseline.
     const auto sweep_rows = [&](const std::string& prefix, const char* what, const char* thread,
@@ -591,6 +629,9 @@ int main(int argc, char** argv)
                 best_writers, raw_write_best * 1e3, gbs(raw_write_best),
                 median(raw_write_times) / raw_write_best);
     sweep_rows("save_writers_", "save_checkpoint_file", "writer", median(raw_write_times));
+    std::printf("| save of a training state: weights, gradients, Adam's moments (4x the bytes; "
+                "baseline: 4x the save above) | %.1f | %.2f | %.2fx |\n",
+                training_save * 1e3, 4 * gbs(training_save), training_ratio);
     std::printf("| raw read() into a reused buffer + memcpy into fresh buffers (baseline) | %.1f | %.2f | 1.00x |\n",
                 median(raw_read_times) * 1e3, gbs(median(raw_read_times)));
     std::printf("| load_checkpoint_file + from_record (checksums, validation, restore; %u readers) | %.1f | %.2f | %.2fx |\n",
@@ -625,6 +666,7 @@ int main(int argc, char** argv)
         f.add("snapshot_repeated_s", median(repeated_snapshot_times));
         f.add("raw_write_s", median(raw_write_times));
         f.add("save_s", median(save_times));
+        f.add("save_training_state_s", training_save);
         f.add("raw_read_s", median(raw_read_times));
         f.add("load_s", median(load_times));
         f.add("load_mapped_s", median(mapped_load_times));
@@ -635,6 +677,9 @@ int main(int argc, char** argv)
         f.add("save_writers", writers);
         f.add("load_readers", readers);
         for (const auto& [name, values] : times) {
+            if (name == "save_training_state") {
+                continue; // added above
+            }
             if (name.rfind("save_", 0) == 0 || name.rfind("load_", 0) == 0 ||
                 name.rfind("raw_write_", 0) == 0 || name.rfind("raw_read_", 0) == 0) {
                 f.add(name + "_s", median(values));

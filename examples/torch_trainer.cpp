@@ -1,34 +1,35 @@
-// A torch MLP trained with gradient accumulation; its gradients are real `torch::Tensor`s,
-// snapshot through `ruda::torch_backend`. Every N steps, in the middle of an accumulation
-// window, the loop `co_await`s a checkpoint: the accumulated gradients (from_module) and the
-// weights are read into host memory on ruda's read workers (staged), and the manager's thread
-// writes the file while training goes on. Torch accumulates gradients in place, so the loop
-// waits for the staging (microseconds here), never for the disk. The table shows how long it
-// was blocked.
+// A torch MLP trained with Adam and gradient accumulation; its tensors are real
+// `torch::Tensor`s, snapshot through `ruda::torch_backend`. Every N steps, in the middle of an
+// accumulation window, the loop `co_await`s a checkpoint of its whole training state
+// (`async_snapshot_training_state`: weights, accumulated gradients, Adam's moments and step
+// counts, the generators): read into host memory on ruda's read workers (staged), then written
+// by the manager's thread while training goes on. Torch changes these tensors in place, so the
+// loop waits for the staging (microseconds here), never for the disk. The table shows how long
+// it was blocked.
 //
-// Afterwards every checkpoint kept is loaded and restored into a fresh model, which must hold
-// exactly the weights and gradients of its snapshot; then training resumes from the latest
-// one, in the middle of its window, and must end with weights bit-identical to the
-// uninterrupted run. Exits non-zero otherwise.
+// Afterwards every checkpoint kept is restored into a fresh model and optimizer
+// (`restore_training_state`), which must hold exactly the weights and gradients of its
+// snapshot; then training resumes from the latest one, in the middle of its window, and must
+// end with weights bit-identical to the uninterrupted run. Exits non-zero otherwise.
 //
 // With `--device cuda` the model trains on the GPU (a libtorch with CUDA): the snapshot borrows
-// the gradients and weights in place through `ruda::cuda_backend`, and its calls copy them on
-// the GPU into a device staging buffer. The loop goes on at once: the copies drain to host
-// memory, and the checkpoint is queued for writing once they have landed
+// the tensors in place through `ruda::cuda_backend`, and its call copies them on the GPU into a
+// device staging buffer. The loop goes on at once: the copies drain to host memory, and the
+// checkpoint is queued for writing once they have landed
 // (`checkpoint_manager::async_save_record`). The restores upload into the fresh model's own
 // tensors.
 //
 //   torch_trainer [--steps N] [--snapshot-every N] [--dir DIR] [--device cpu|cuda]
 #include "common/checkpoint_dir.hpp"
 
-#include <ruda/optim/cuda_module_gradients.hpp>
-#include <ruda/optim/module_gradients.hpp>
+#include <ruda/backend/torch_backend.hpp>
+#include <ruda/optim/torch_training_state.hpp>
 #include <ruda/ruda.hpp>
 
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
-#include <torch/optim/sgd.h>
+#include <torch/optim/adam.h>
 #include <torch/serialize.h>
 #include <torch/version.h>
 
@@ -60,7 +61,7 @@ constexpr std::int64_t outputs = 8;
 constexpr std::int64_t batch = 64;
 constexpr std::int64_t accumulate = 4; // micro-batches per optimizer step
 constexpr std::int64_t samples = 4096;
-constexpr double learning_rate = 0.1;
+constexpr double learning_rate = 1e-3;
 
 struct mlp : torch::nn::Module {
     mlp()
@@ -113,8 +114,8 @@ struct position {
 };
 
 // One micro-batch: forward, backward (gradients accumulate in place), and at the end of a
-// window the SGD step and the gradients set to none. Returns the micro-batch's loss.
-double train_micro_batch(const dataset& data, mlp& model, torch::optim::SGD& optimizer,
+// window the Adam step and the gradients set to none. Returns the micro-batch's loss.
+double train_micro_batch(const dataset& data, mlp& model, torch::optim::Adam& optimizer,
                          position& at)
 {
     const std::int64_t index = static_cast<std::int64_t>(at.step) * accumulate +
@@ -218,43 +219,19 @@ boost::asio::awaitable<void> wait_durable(ruda::result<ruda::pending_save> pendi
     }
 }
 
-using record_snapshot = boost::asio::awaitable<ruda::result<ruda::gradients_params_record>>;
+using state_snapshot = boost::asio::awaitable<ruda::result<ruda::checkpoint>>;
 
-// The snapshots of the weights and of the gradients of `model` on backend `B`, both begun by
-// this call: torch_backend's copies on the CPU; cuda_backend's borrowed device memory on the
-// GPU, which device staging copies on the GPU here, in this call.
-template <class B>
-ruda::result<std::pair<record_snapshot, record_snapshot>> begin_snapshots(mlp& model,
-                                                                          const run_state& run)
+// Once the whole state is in host memory: the checkpoint, with where training stands, queued
+// on the manager's writer thread.
+boost::asio::awaitable<ruda::result<ruda::pending_save>> stage(state_snapshot snapshot,
+                                                               position at, run_state& run)
 {
-    auto values = run.gpu ? ruda::parameters_from_module(model, *run.gpu)
-                          : ruda::parameters_from_module(model);
-    auto grads = run.gpu ? ruda::from_module(model, *run.gpu) : ruda::from_module(model);
-    if (!values || !grads) {
-        return !values ? values.error() : grads.error();
+    auto state = co_await std::move(snapshot);
+    if (!state) {
+        co_return state.error();
     }
-    // Both reads capture their tensors here: the containers may go.
-    return std::pair{values.value().template to_record_async<B>(),
-                     grads.value().template to_record_async<B>()};
-}
-
-// Once both snapshots are in host memory: the checkpoint (the weights as a section, the
-// gradients as its record), queued on the manager's writer thread.
-boost::asio::awaitable<ruda::result<ruda::pending_save>>
-stage(record_snapshot weights, record_snapshot grads, position at, run_state& run)
-{
-    auto weights_record = co_await std::move(weights);
-    if (!weights_record) {
-        co_return weights_record.error();
-    }
-    auto grads_record = co_await std::move(grads);
-    if (!grads_record) {
-        co_return grads_record.error();
-    }
-    ruda::checkpoint state{std::move(grads_record).value()};
-    state.put("position", at).value();
-    state.put("weights", weights_record.value()).value();
-    co_return co_await run.manager.async_save_record(at.step, std::move(state),
+    state.value().put("position", at).value();
+    co_return co_await run.manager.async_save_record(at.step, std::move(state).value(),
                                                      boost::asio::use_awaitable);
 }
 
@@ -267,22 +244,22 @@ finish_in_background(boost::asio::awaitable<ruda::result<ruda::pending_save>> st
     co_await wait_durable(std::move(pending), run);
 }
 
-// Takes a checkpoint of the model at `at` on backend `B`. Returns once training may change the
-// model's tensors again: when both snapshots are in host memory, or at once when the calls
+// Takes a checkpoint of the whole training state at `at`. Returns once training may change the
+// model's and Adam's tensors again: when they are in host memory, or at once when the call
 // copied every tensor into the GPU's staging buffer. Whether the checkpoint was taken.
-template <class B>
-boost::asio::awaitable<bool> checkpoint_on(mlp& model, const position& at, run_state& run)
+boost::asio::awaitable<bool> checkpoint_now(mlp& model, const torch::optim::Adam& optimizer,
+                                            const position& at, run_state& run)
 {
     const auto ex = co_await boost::asio::this_coro::executor;
     const auto unstaged = [&run] { return run.gpu ? run.gpu->device.stats().unstaged_tensors : 0; };
     const auto unstaged_before = unstaged();
-    auto snapshots = begin_snapshots<B>(model, run);
-    if (!snapshots) {
-        run.failure = "snapshot: " + snapshots.error().message();
-        co_return false;
-    }
-    auto staging = stage(std::move(snapshots.value().first), std::move(snapshots.value().second),
-                         at, run);
+    // The tensors are captured by this call, on the GPU copied there too; read when awaited.
+    auto snapshot = run.gpu ? ruda::async_snapshot_training_state(model, optimizer, at.step,
+                                                                  *run.gpu, {},
+                                                                  boost::asio::use_awaitable)
+                            : ruda::async_snapshot_training_state(model, optimizer, at.step,
+                                                                  boost::asio::use_awaitable);
+    auto staging = stage(std::move(snapshot), at, run);
     if (run.gpu && unstaged() == unstaged_before) { // every tensor is in the staging buffer
         boost::asio::co_spawn(ex, finish_in_background(std::move(staging), run),
                               boost::asio::detached);
@@ -294,18 +271,12 @@ boost::asio::awaitable<bool> checkpoint_on(mlp& model, const position& at, run_s
     co_return staged;
 }
 
-boost::asio::awaitable<bool> checkpoint_now(mlp& model, const position& at, run_state& run)
-{
-    return run.gpu ? checkpoint_on<ruda::cuda_backend>(model, at, run)
-                   : checkpoint_on<tb>(model, at, run);
-}
-
 boost::asio::awaitable<void> train(const options& opts, run_state& run)
 {
     const auto ex = co_await boost::asio::this_coro::executor;
     const dataset data{run.device};
     auto model = fresh_model(run.device);
-    torch::optim::SGD optimizer{model->parameters(), learning_rate};
+    torch::optim::Adam optimizer{model->parameters(), torch::optim::AdamOptions(learning_rate)};
     position at;
     double window_loss = 0;
     const auto start = clock_type::now();
@@ -317,7 +288,7 @@ boost::asio::awaitable<void> train(const options& opts, run_state& run)
         if (opts.snapshot_every != 0 && (at.step + 1) % opts.snapshot_every == 0 &&
             at.micro == static_cast<std::uint64_t>(accumulate / 2)) {
             const auto t0 = clock_type::now();
-            const bool staged = co_await checkpoint_now(*model, at, run);
+            const bool staged = co_await checkpoint_now(*model, optimizer, at, run);
             blocked += clock_type::now() - t0;
             if (staged) {
                 run.expected[at.step] = copy_of(*model, run.device); // what verify() compares
@@ -342,27 +313,26 @@ boost::asio::awaitable<void> train(const options& opts, run_state& run)
     run.final_model = model;
 }
 
-// A model restored from checkpoint `step`, and where its training stood.
-ruda::result<std::pair<std::shared_ptr<mlp>, position>> restore(const run_state& run,
-                                                                std::uint64_t step)
+// A model and an optimizer restored from checkpoint `step`, and where training stood.
+struct restored_run {
+    std::shared_ptr<mlp> model;
+    std::unique_ptr<torch::optim::Adam> optimizer;
+    position at;
+};
+
+ruda::result<restored_run> restore(const run_state& run, std::uint64_t step)
 {
     BOOST_OUTCOME_TRY(auto loaded, run.manager.load(step));
-    position at;
-    ruda::gradients_params_record weights;
-    BOOST_OUTCOME_TRY(loaded.get("position", at));
-    BOOST_OUTCOME_TRY(loaded.get("weights", weights));
-    auto model = fresh_model(run.device);
+    restored_run out{fresh_model(run.device), nullptr, {}};
+    out.optimizer = std::make_unique<torch::optim::Adam>(
+        out.model->parameters(), torch::optim::AdamOptions(learning_rate));
+    BOOST_OUTCOME_TRY(loaded.get("position", out.at));
     if (run.gpu) { // uploaded into the model's own tensors
-        BOOST_OUTCOME_TRY(ruda::restore_parameters(weights, *model, *run.gpu));
-        BOOST_OUTCOME_TRY(ruda::restore_gradients(loaded.gradients(), *model, *run.gpu));
-        return std::pair{model, at};
+        BOOST_OUTCOME_TRY(ruda::restore_training_state(loaded, *out.model, *out.optimizer, *run.gpu));
+    } else {
+        BOOST_OUTCOME_TRY(ruda::restore_training_state(loaded, *out.model, *out.optimizer));
     }
-    BOOST_OUTCOME_TRY(auto values, ruda::gradients_params::from_record<tb>(std::move(weights), {}));
-    BOOST_OUTCOME_TRY(ruda::restore_parameters(values, *model));
-    BOOST_OUTCOME_TRY(auto grads,
-                      ruda::gradients_params::from_record<tb>(std::move(loaded).gradients(), {}));
-    BOOST_OUTCOME_TRY(ruda::restore_gradients(grads, *model));
-    return std::pair{model, at};
+    return out;
 }
 
 int verify(const options& opts, run_state& run)
@@ -388,7 +358,7 @@ int verify(const options& opts, run_state& run)
                                  : restored.error().message().c_str());
             continue;
         }
-        const bool same = same_state(*restored.value().first, *expected->second);
+        const bool same = same_state(*restored.value().model, *expected->second);
         identical += same ? 1 : 0;
         if (!same) {
             std::printf("step %llu differs from the state at its snapshot\n",
@@ -411,12 +381,11 @@ int verify(const options& opts, run_state& run)
                     resumed.error().message().c_str());
         return failures + 1;
     }
-    auto [model, at] = resumed.value();
+    auto& [model, optimizer, at] = resumed.value();
     const position from = at;
     const dataset data{run.device};
-    torch::optim::SGD optimizer{model->parameters(), learning_rate};
     while (at.step < opts.steps) {
-        train_micro_batch(data, *model, optimizer, at);
+        train_micro_batch(data, *model, *optimizer, at);
     }
     const bool exact = same_state(*model, *run.final_model);
     std::printf("resumed from the latest checkpoint (step %llu, micro-batch %llu of %lld): final "

@@ -4,9 +4,10 @@
 //   odd:  the rest is a header then a payload area (the header's length in the next two
 //         bytes), wrapped in a preamble and trailer with correct checksums, so the fuzzer gets
 //         past the frame to the header decoder, the payload checks and record validation;
-//         bit 1 of the first byte skips payload checksums, bit 2 asks for a partial load.
+//         bit 1 of the first byte skips payload checksums, bit 2 asks for a partial load, and
+//         bits 3 to 5 are the preamble's flags (names, groups, run identity).
 // Nothing may crash or allocate beyond the input's size (-malloc_limit_mb); a checkpoint that
-// loads must read back identically entry by entry.
+// loads must read back identically entry by entry, each in its group.
 #include "fuzz_input.hpp"
 
 #include <ruda/checkpoint/checkpoint_file.hpp>
@@ -19,9 +20,10 @@ namespace {
 
 // A file around `header` and `area`, every frame checksum right.
 std::vector<std::uint8_t> framed(std::span<const std::uint8_t> header,
-                                 std::span<const std::uint8_t> area)
+                                 std::span<const std::uint8_t> area, std::uint32_t flags)
 {
     ruda::detail::frame f;
+    f.flags = flags;
     f.producer = {RUDA_VERSION_MAJOR, RUDA_VERSION_MINOR, RUDA_VERSION_PATCH};
     f.header_offset = ruda::detail::preamble_size + area.size();
     f.header_length = header.size();
@@ -49,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } else {
         const std::size_t header_length = in.byte() | (std::size_t{in.byte()} << 8U);
         const auto header = in.bytes(header_length);
-        file = framed(header, in.rest());
+        file = framed(header, in.rest(), (mode >> 3U) & 7U);
     }
     ruda::checkpoint_load_options options;
     options.verify_checksums = (mode & 2U) == 0;
@@ -64,13 +66,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!loaded) {
         return 0;
     }
-    for (const auto& entry : loaded.value().gradients().entries()) {
-        for (const auto& info : reader.value().index().entries) {
-            if (info.id == entry.id) {
-                auto again = reader.value().read_entry(info, options.verify_checksums);
-                fuzz::require(again.has_value() && again.value() == entry.data);
-                break;
+    const auto& index = reader.value().index();
+    for (const auto& group : index.groups) {
+        const auto* record = loaded.value().group(group.name);
+        fuzz::require(record != nullptr);
+        for (const auto& entry : record->entries()) {
+            bool found = false;
+            for (std::size_t k = group.first; k < group.first + group.count && !found; ++k) {
+                const auto& info = index.entries[k];
+                if (info.id == entry.id) {
+                    auto again = reader.value().read_entry(info, options.verify_checksums);
+                    fuzz::require(again.has_value() && again.value() == entry.data);
+                    found = true;
+                }
             }
+            fuzz::require(found);
         }
     }
     return 0;

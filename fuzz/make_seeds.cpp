@@ -95,6 +95,27 @@ int main(int argc, char** argv)
     write(root / "checkpoint" / "structured", structured(1, file));
     write(root / "checkpoint" / "structured_unverified", structured(3, file));
     write(root / "checkpoint" / "structured_partial", structured(5, file));
+    // A trainer's checkpoint: named tensors in groups (integer step counts in the optimizer's),
+    // and the run that wrote it; structured with its flags (names, groups, identity) in mode.
+    ruda::checkpoint grouped{sample()};
+    auto named = sample().into_entries();
+    for (auto& entry : named) {
+        entry.name = "layer" + std::to_string(entry.id.val()) + ".weight";
+    }
+    grouped.put_group("weights", ruda::gradients_params_record{std::move(named)}).value();
+    grouped.put_group("optimizer",
+                      ruda::gradients_params_record{
+                          {{ruda::param_id{9}, ruda::dtype::i64(),
+                            ruda::tensor_data::from_values(std::vector<std::int64_t>{12}, {})
+                                .value(),
+                            "layer1.weight.step"}}})
+        .value();
+    grouped.set_identity({"seed-run", 12, "parent-run"}).value();
+    const auto grouped_file = file_bytes(scratch, grouped);
+    write(root / "checkpoint" / "groups_file", with_mode(0, grouped_file));
+    write(root / "checkpoint" / "groups_structured", structured(1 | (7U << 3U), grouped_file));
+    write(root / "checkpoint" / "groups_structured_partial",
+          structured(5 | (7U << 3U), grouped_file));
 
     std::vector<std::uint8_t> record_section;
     {

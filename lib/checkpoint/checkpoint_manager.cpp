@@ -273,13 +273,12 @@ std::shared_ptr<detail::save_state> checkpoint_manager::queue_write(std::uint64_
         ++queued_;
     }
     boost::asio::post(writer_, [this, state, step, contents = std::move(contents)] {
-        auto outcome = save(step, contents);
+        state->complete(save(step, contents));
         {
             const std::lock_guard lock{queue_mutex_};
             --queued_;
         }
-        queue_room_.notify_all();
-        state->complete(std::move(outcome));
+        queue_room_.notify_all(); // after the save is done: a caller let in may rely on it
     });
     return state;
 }

@@ -2,6 +2,7 @@
 #include <ruda/optim/cuda_module_gradients.hpp>
 
 #include "../backend/torch_conversions.hpp"
+#include "cuda_module_tensors.hpp"
 #include "module_parameters.hpp"
 
 #include <ruda/optim/validate_record.hpp>
@@ -84,14 +85,6 @@ result<dtype> check_dense_on(const at::Tensor& tensor, const cuda_device& device
     return *type;
 }
 
-result<cuda_stream> stream_of(const cuda_module_device& on)
-{
-    if (on.stream) {
-        return *on.stream;
-    }
-    return torch_current_cuda_stream(on.device.ordinal());
-}
-
 // The module's tensors chosen by `pick` (a gradient or the value), borrowed by cuda_backend.
 template <class Pick>
 result<gradients_params> borrow_all(const torch::nn::Module& module, const cuda_module_device& on,
@@ -106,23 +99,14 @@ result<gradients_params> borrow_all(const torch::nn::Module& module, const cuda_
         if (!tensor.defined()) {
             continue;
         }
-        const auto type = check_dense_on(tensor, on.device);
-        if (!type) {
-            return about(parameter, id, type.error());
-        }
         if (!producer) {
-            BOOST_OUTCOME_TRY(producer, stream_of(on));
+            BOOST_OUTCOME_TRY(producer, detail::stream_of(on));
         }
-        const auto address = reinterpret_cast<cuda_device_ptr>(tensor.data_ptr());
-        shape dims = ruda_shape(tensor);
-        auto borrowed = cuda_backend::borrow(on.device, address, std::move(dims), type.value(),
-                                             *producer,
-                                             std::make_shared<const at::Tensor>(std::move(tensor)));
+        auto borrowed = detail::borrow(std::move(tensor), on, *producer);
         if (!borrowed) {
             return about(parameter, id, borrowed.error());
         }
-        out.insert<cuda_backend>(id, tensor_primitive<cuda_backend>{std::move(borrowed).value()},
-                                 parameter.name);
+        out.insert<cuda_backend>(id, std::move(borrowed).value(), parameter.name);
     }
     return out;
 }
@@ -213,17 +197,6 @@ at::Tensor tensor_over(const cuda_backend::float_tensor& memory, const at::Tenso
     return tensor;
 }
 
-// A new gradient for the upload's parameter from torch's allocator, on the current stream, as
-// autograd would make it.
-result<at::Tensor> new_gradient(const planned_upload& upload)
-{
-    try {
-        return at::empty_like(upload.parameter->tensor, at::MemoryFormat::Contiguous);
-    } catch (const std::exception& e) {
-        return error{errc::allocation_too_large,
-                     label(upload.parameter->name, upload.entry->id) + ": " + e.what()};
-    }
-}
 
 // A gradient the upload can overwrite in place: a dense tensor like its parameter.
 bool reusable_gradient(const at::Tensor& grad, const at::Tensor& parameter)
@@ -234,8 +207,7 @@ bool reusable_gradient(const at::Tensor& grad, const at::Tensor& parameter)
 }
 
 // Restores one gradient: in place where the parameter's gradient can take it, else into a new
-// one: torch's, where libtorch has CUDA, or memory ruda allocates and fills on its upload
-// stream, not after the trainer's work (`filled_on_upload_stream` then says so).
+// one (`detail::new_device_tensor`).
 result<void> restore_gradient(const planned_upload& upload, const cuda_module_device& on,
                               cuda_stream consumer, bool& filled_on_upload_stream)
 {
@@ -243,23 +215,61 @@ result<void> restore_gradient(const planned_upload& upload, const cuda_module_de
     if (reusable_gradient(parameter.grad(), parameter)) {
         return upload_in_place(upload, parameter.mutable_grad(), on, consumer);
     }
-    if (torch_has_cuda()) {
-        BOOST_OUTCOME_TRY(at::Tensor grad, new_gradient(upload));
-        BOOST_OUTCOME_TRY(upload_in_place(upload, grad, on, consumer));
-        parameter.mutable_grad() = std::move(grad);
-        return success();
-    }
     BOOST_OUTCOME_TRY(auto values, values_of(upload));
-    auto memory = cuda_backend::float_from_data(std::move(values), on.device);
-    if (!memory) {
-        return about(*upload.parameter, upload.entry->id, memory.error());
+    auto grad = detail::new_device_tensor(std::move(values), parameter, on, consumer,
+                                          filled_on_upload_stream);
+    if (!grad) {
+        return about(*upload.parameter, upload.entry->id, grad.error());
     }
-    parameter.mutable_grad() = tensor_over(memory.value(), parameter);
-    filled_on_upload_stream = true;
+    parameter.mutable_grad() = std::move(grad).value();
     return success();
 }
 
 } // namespace
+
+namespace detail {
+
+result<cuda_stream> stream_of(const cuda_module_device& on)
+{
+    if (on.stream) {
+        return *on.stream;
+    }
+    return torch_current_cuda_stream(on.device.ordinal());
+}
+
+result<tensor_primitive<cuda_backend>> borrow(at::Tensor tensor, const cuda_module_device& on,
+                                              cuda_stream producer)
+{
+    BOOST_OUTCOME_TRY(const dtype type, check_dense_on(tensor, on.device));
+    const auto address = reinterpret_cast<cuda_device_ptr>(tensor.data_ptr());
+    shape dims = ruda_shape(tensor);
+    BOOST_OUTCOME_TRY(auto borrowed,
+                      cuda_backend::borrow(on.device, address, std::move(dims), type, producer,
+                                           std::make_shared<const at::Tensor>(std::move(tensor))));
+    return tensor_primitive<cuda_backend>{std::move(borrowed)};
+}
+
+result<at::Tensor> new_device_tensor(tensor_data values, const at::Tensor& like,
+                                     const cuda_module_device& on, cuda_stream consumer,
+                                     bool& filled_on_upload_stream)
+{
+    if (torch_has_cuda()) {
+        at::Tensor tensor;
+        try {
+            tensor = at::empty_like(like, at::MemoryFormat::Contiguous);
+        } catch (const std::exception& e) {
+            return error{errc::allocation_too_large, e.what()};
+        }
+        const auto address = reinterpret_cast<cuda_device_ptr>(tensor.data_ptr());
+        BOOST_OUTCOME_TRY(on.device.upload_into(address, values.bytes().span(), consumer));
+        return tensor;
+    }
+    BOOST_OUTCOME_TRY(auto memory, cuda_backend::float_from_data(std::move(values), on.device));
+    filled_on_upload_stream = true;
+    return tensor_over(memory, like);
+}
+
+} // namespace detail
 
 bool torch_has_cuda() noexcept { return c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA); }
 
@@ -306,7 +316,7 @@ result<void> restore_gradients(const gradients_params_record& record, torch::nn:
     BOOST_OUTCOME_TRY(const auto plan, plan_uploads(record, parameters, on.device));
     cuda_stream consumer = nullptr;
     if (!plan.empty()) {
-        BOOST_OUTCOME_TRY(consumer, stream_of(on));
+        BOOST_OUTCOME_TRY(consumer, detail::stream_of(on));
     }
     bool filled_on_upload_stream = false;
     std::unordered_set<param_id> restored;
@@ -325,12 +335,14 @@ result<void> restore_gradients(const gradients_params_record& record, torch::nn:
     return success();
 }
 
-result<void> restore_parameters(const gradients_params_record& record, torch::nn::Module& module,
-                                const cuda_module_device& on)
+namespace {
+
+// The uploads of a value for every parameter, checked.
+result<std::vector<planned_upload>>
+plan_values(const gradients_params_record& record,
+            std::unordered_map<param_id, named_parameter>& parameters, const cuda_device& device)
 {
-    BOOST_OUTCOME_TRY(check_device(on.device));
-    BOOST_OUTCOME_TRY(auto parameters, parameters_by_id(module));
-    BOOST_OUTCOME_TRY(const auto plan, plan_uploads(record, parameters, on.device));
+    BOOST_OUTCOME_TRY(auto plan, plan_uploads(record, parameters, device));
     if (plan.size() != parameters.size()) {
         std::unordered_set<param_id> present;
         for (const planned_upload& upload : plan) {
@@ -342,10 +354,39 @@ result<void> restore_parameters(const gradients_params_record& record, torch::nn
             }
         }
     }
+    return plan;
+}
+
+} // namespace
+
+result<void> check_gradients(const gradients_params_record& record,
+                             const torch::nn::Module& module, const cuda_module_device& on)
+{
+    BOOST_OUTCOME_TRY(check_device(on.device));
+    BOOST_OUTCOME_TRY(auto parameters, parameters_by_id(module));
+    BOOST_OUTCOME_TRY(plan_uploads(record, parameters, on.device));
+    return success();
+}
+
+result<void> check_parameters(const gradients_params_record& record,
+                              const torch::nn::Module& module, const cuda_module_device& on)
+{
+    BOOST_OUTCOME_TRY(check_device(on.device));
+    BOOST_OUTCOME_TRY(auto parameters, parameters_by_id(module));
+    BOOST_OUTCOME_TRY(plan_values(record, parameters, on.device));
+    return success();
+}
+
+result<void> restore_parameters(const gradients_params_record& record, torch::nn::Module& module,
+                                const cuda_module_device& on)
+{
+    BOOST_OUTCOME_TRY(check_device(on.device));
+    BOOST_OUTCOME_TRY(auto parameters, parameters_by_id(module));
+    BOOST_OUTCOME_TRY(const auto plan, plan_values(record, parameters, on.device));
     if (plan.empty()) {
         return success();
     }
-    BOOST_OUTCOME_TRY(const cuda_stream consumer, stream_of(on));
+    BOOST_OUTCOME_TRY(const cuda_stream consumer, detail::stream_of(on));
     for (const planned_upload& upload : plan) {
         BOOST_OUTCOME_TRY(upload_in_place(upload, upload.parameter->tensor, on, consumer));
     }

@@ -3,6 +3,7 @@
 #include <ruda/optim/torch_optimizer_state.hpp>
 
 #include "../backend/torch_conversions.hpp"
+#include "cuda_module_tensors.hpp"
 #include "torch_host_copy.hpp"
 
 #include <ruda/backend/torch_backend.hpp>
@@ -18,6 +19,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -263,20 +265,7 @@ bool contains(std::span<const std::string_view> names, std::string_view name)
     return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-// The key of a parameter's state in the optimizer's map: libtorch 1.x keys it by the text of
-// its TensorImpl's address, 2.x by the address itself.
-template <class Map>
-typename Map::key_type state_key(const Map&, const at::Tensor& parameter)
-{
-    using key = typename Map::key_type;
-    if constexpr (std::is_same_v<key, std::string>) {
-        std::ostringstream text;
-        text << parameter.unsafeGetTensorImpl();
-        return text.str();
-    } else {
-        return static_cast<key>(parameter.unsafeGetTensorImpl());
-    }
-}
+using detail::optimizer_state_key;
 
 // The model's parameter names by their TensorImpl.
 std::unordered_map<const c10::TensorImpl*, std::string> names_of(const torch::nn::Module& model)
@@ -328,10 +317,11 @@ error mismatch(const std::string& why)
     return error{errc::optimizer_mismatch, "Optimizer state: " + why};
 }
 
-} // namespace
+// Puts one float state tensor, named, into the container a snapshot reads.
+using add_tensor = std::function<result<void>(gradients_params&, const std::string&, at::Tensor)>;
 
-result<optimizer_state> optimizer_state_of(const Optimizer& optimizer,
-                                           const torch::nn::Module& model)
+result<optimizer_state> state_of(const Optimizer& optimizer, const torch::nn::Module& model,
+                                 const add_tensor& add)
 {
     BOOST_OUTCOME_TRY(const optimizer_kind* kind, kind_of(optimizer));
     BOOST_OUTCOME_TRY(auto names, parameter_names(optimizer, model));
@@ -343,7 +333,7 @@ result<optimizer_state> optimizer_state_of(const Optimizer& optimizer,
         const auto& group = optimizer.param_groups()[g];
         const auto& params = group.params();
         for (std::size_t k = 0; k < params.size(); ++k) {
-            const auto found = states.find(state_key(states, params[k]));
+            const auto found = states.find(optimizer_state_key(states, params[k]));
             if (found == states.end() || !found->second) {
                 continue;
             }
@@ -354,14 +344,10 @@ result<optimizer_state> optimizer_state_of(const Optimizer& optimizer,
                     counters.push_back(std::move(entry));
                     continue;
                 }
-                auto wrapped = torch_backend::float_tensor::wrap(tensor);
-                if (!wrapped) {
-                    return error{wrapped.error().code(),
-                                 "Optimizer state " + name + ": " + wrapped.error().message()};
+                if (auto added = add(out.tensors, name, tensor); !added) {
+                    return error{added.error().code(),
+                                 "Optimizer state " + name + ": " + added.error().message()};
                 }
-                out.tensors.insert<torch_backend>(
-                    param_id::from_name(name),
-                    tensor_primitive<torch_backend>{std::move(wrapped).value()}, name);
             }
         }
         out.description.groups.push_back(
@@ -372,6 +358,42 @@ result<optimizer_state> optimizer_state_of(const Optimizer& optimizer,
               [](const gradient_entry& a, const gradient_entry& b) { return a.id < b.id; });
     out.counters = gradients_params_record{std::move(counters)};
     return out;
+}
+
+} // namespace
+
+result<optimizer_state> optimizer_state_of(const Optimizer& optimizer,
+                                           const torch::nn::Module& model)
+{
+    return state_of(optimizer, model,
+                    [](gradients_params& tensors, const std::string& name,
+                       at::Tensor tensor) -> result<void> {
+                        BOOST_OUTCOME_TRY(auto wrapped,
+                                          torch_backend::float_tensor::wrap(std::move(tensor)));
+                        tensors.insert<torch_backend>(
+                            param_id::from_name(name),
+                            tensor_primitive<torch_backend>{std::move(wrapped)}, name);
+                        return success();
+                    });
+}
+
+result<optimizer_state> optimizer_state_of(const Optimizer& optimizer,
+                                           const torch::nn::Module& model,
+                                           const cuda_module_device& on)
+{
+    std::optional<cuda_stream> producer;
+    return state_of(optimizer, model,
+                    [&](gradients_params& tensors, const std::string& name,
+                        at::Tensor tensor) -> result<void> {
+                        if (!producer) {
+                            BOOST_OUTCOME_TRY(producer, detail::stream_of(on));
+                        }
+                        BOOST_OUTCOME_TRY(auto borrowed,
+                                          detail::borrow(std::move(tensor), on, *producer));
+                        tensors.insert<cuda_backend>(param_id::from_name(name),
+                                                     std::move(borrowed), name);
+                        return success();
+                    });
 }
 
 result<void> put_optimizer_state(checkpoint& contents, gradients_params_record snapshot,
@@ -431,10 +453,12 @@ std::string joined(const std::vector<std::string>& names)
     return "[" + out + "]";
 }
 
-} // namespace
+// Makes a state tensor for a parameter from an entry: on the parameter's device.
+using make_tensor = std::function<result<at::Tensor>(const gradient_entry&, const at::Tensor&)>;
 
-result<void> restore_optimizer_state(const checkpoint& contents, Optimizer& optimizer,
-                                     const torch::nn::Module& model, hyperparameters mode)
+result<void> restore_state(const checkpoint& contents, Optimizer& optimizer,
+                           const torch::nn::Module& model, hyperparameters mode,
+                           const make_tensor& make)
 {
     BOOST_OUTCOME_TRY(const optimizer_kind* kind, kind_of(optimizer));
     optimizer_description saved;
@@ -457,7 +481,8 @@ result<void> restore_optimizer_state(const checkpoint& contents, Optimizer& opti
         }
         BOOST_OUTCOME_TRY(check_fields(*kind, saved.groups[g], g));
         const auto& group = optimizer.param_groups()[g];
-        const OptimizerOptions& options = group.has_options() ? group.options() : optimizer.defaults();
+        const OptimizerOptions& options =
+            group.has_options() ? group.options() : optimizer.defaults();
         for (const option_field& field : kind->options) {
             const double want = saved_value(saved.groups[g], field.name);
             if (mode == hyperparameters::check && field.get(options) != want) {
@@ -510,10 +535,15 @@ result<void> restore_optimizer_state(const checkpoint& contents, Optimizer& opti
                              "Optimizer state " + entry.name + ": shape " +
                                  to_string(entry.data.shape()) + ", not " + to_string(want_shape)};
             }
-            BOOST_OUTCOME_TRY(auto tensor, detail::tensor_of(entry, param.device()));
+            auto tensor = is_counter ? detail::tensor_of(entry, c10::Device{c10::kCPU})
+                                     : make(entry, param);
+            if (!tensor) {
+                return error{tensor.error().code(),
+                             "Optimizer state " + entry.name + ": " + tensor.error().message()};
+            }
             auto& planned = plan[parameter];
             planned.parameter = param;
-            planned.parts.emplace(part_name, std::move(tensor));
+            planned.parts.emplace(part_name, std::move(tensor).value());
         }
     }
     for (const auto& [parameter, planned] : plan) {
@@ -529,7 +559,8 @@ result<void> restore_optimizer_state(const checkpoint& contents, Optimizer& opti
     if (mode == hyperparameters::restore) {
         for (std::size_t g = 0; g < names.size(); ++g) {
             auto& group = optimizer.param_groups()[g];
-            OptimizerOptions& options = group.has_options() ? group.options() : optimizer.defaults();
+            OptimizerOptions& options =
+                group.has_options() ? group.options() : optimizer.defaults();
             for (const option_field& field : kind->options) {
                 field.set(options, saved_value(saved.groups[g], field.name));
             }
@@ -537,10 +568,40 @@ result<void> restore_optimizer_state(const checkpoint& contents, Optimizer& opti
     }
     auto& states = optimizer.state();
     for (const auto& [name, parameter] : by_name) {
-        states.erase(state_key(states, parameter));
+        states.erase(optimizer_state_key(states, parameter));
     }
     for (auto& [name, planned] : plan) {
-        states[state_key(states, planned.parameter)] = kind->make(planned.parts);
+        states[optimizer_state_key(states, planned.parameter)] = kind->make(planned.parts);
+    }
+    return success();
+}
+
+} // namespace
+
+result<void> restore_optimizer_state(const checkpoint& contents, Optimizer& optimizer,
+                                     const torch::nn::Module& model, hyperparameters mode)
+{
+    return restore_state(contents, optimizer, model, mode,
+                         [](const gradient_entry& entry, const at::Tensor& parameter) {
+                             return detail::tensor_of(entry, parameter.device());
+                         });
+}
+
+result<void> restore_optimizer_state(const checkpoint& contents, Optimizer& optimizer,
+                                     const torch::nn::Module& model, const cuda_module_device& on,
+                                     hyperparameters mode)
+{
+    BOOST_OUTCOME_TRY(const cuda_stream consumer, detail::stream_of(on));
+    bool filled_on_upload_stream = false;
+    BOOST_OUTCOME_TRY(restore_state(
+        contents, optimizer, model, mode,
+        [&](const gradient_entry& entry, const at::Tensor& parameter) -> result<at::Tensor> {
+            BOOST_OUTCOME_TRY(auto values, entry.data.convert(entry.dtype));
+            return detail::new_device_tensor(std::move(values), parameter, on, consumer,
+                                             filled_on_upload_stream);
+        }));
+    if (filled_on_upload_stream) {
+        BOOST_OUTCOME_TRY(on.device.order_after_uploads(consumer));
     }
     return success();
 }

@@ -603,4 +603,152 @@ BOOST_AUTO_TEST_CASE(async_save_is_cancelled_through_the_token_slot)
     BOOST_TEST(waited->value().step == 3U);
 }
 
+namespace {
+
+// Two parameters' values on the device, as a trainer's weights: ids shared with the gradients.
+ruda::gradients_params two_weights(const ruda::async_device& device)
+{
+    ruda::gradients_params weights;
+    for (std::uint64_t id = 1; id <= 2; ++id) {
+        weights.insert<gpu>(ruda::param_id{id},
+                            gpu::float_from_data(ruda::tensor_data::from_values(
+                                                     std::vector<float>{10.0F * float(id), 2}, {2})
+                                                     .value(),
+                                                 device)
+                                .value());
+    }
+    return weights;
+}
+
+} // namespace
+
+// Weights and gradients of one model read by one snapshot: every handle captured at the call,
+// the reads of both groups in flight together, the state's own sections and groups kept.
+BOOST_AUTO_TEST_CASE(async_save_snapshots_several_groups_at_once)
+{
+    const ruda::test::watchdog guard{"async_save_snapshots_several_groups_at_once"};
+    const temp_dir dir;
+    boost::asio::io_context io;
+    ruda::checkpoint_manager manager{dir.path()};
+    const ruda::async_device device{{.latency = 5ms}};
+    auto grads = two_gradients(device);
+    auto weights = two_weights(device);
+    ruda::checkpoint state;
+    state.put("step", std::uint64_t{5}).value();
+    state.put_group("rng", ruda::gradients_params_record{{{ruda::param_id{9}, ruda::dtype::u8(),
+                                                          ruda::test::patterned(4, {4},
+                                                                                ruda::dtype::u8()),
+                                                          "cpu"}}})
+        .value();
+    std::optional<ruda::result<ruda::pending_save>> staged;
+    manager.async_save<gpu>(
+        5, {{"weights", weights}, {"gradients", grads}}, std::move(state),
+        {.max_in_flight = 4},
+        boost::asio::bind_executor(io, [&](auto&& r) { staged.emplace(std::move(r)); }));
+    // Captured at the call: what changes now is not in the checkpoint.
+    weights.remove<gpu>(ruda::param_id{2});
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return staged.has_value(); }));
+    BOOST_REQUIRE(*staged);
+    BOOST_TEST(device.stats().peak_in_flight == 4U); // both groups' reads at once
+    BOOST_REQUIRE(staged->value().wait());
+    const auto loaded = manager.load(5).value();
+    BOOST_REQUIRE_EQUAL(loaded.groups().size(), 3U);
+    BOOST_TEST(loaded.groups()[1].name == "rng");
+    BOOST_TEST(loaded.groups()[2].name == "weights");
+    BOOST_REQUIRE_EQUAL(loaded.group("weights")->entries().size(), 2U);
+    BOOST_TEST(loaded.group("weights")->entries()[1].data.values<float>().value()[0] == 20.0F);
+    BOOST_TEST(loaded.gradients().entries()[0].data.values<float>().value()[0] == 1.0F);
+    BOOST_TEST(step_in(loaded) == 5U);
+
+    // A group given twice, or one the state holds already, is refused; nothing is read.
+    for (const auto& [groups, text] :
+         std::vector<std::pair<std::vector<std::string>, std::string>>{
+             {{"weights", "weights"}, "Group weights is given twice"},
+             {{"rng"}, "Group rng is given twice: the checkpoint to save holds it already"},
+             {{""}, "A group name must have 1 to 255 bytes"}}) {
+        std::vector<ruda::tensor_group_source> sources;
+        for (const std::string& name : groups) {
+            sources.push_back({name, grads});
+        }
+        ruda::checkpoint with_rng;
+        with_rng.put_group("rng", loaded.group("rng") != nullptr ? *loaded.group("rng")
+                                                                  : ruda::gradients_params_record{})
+            .value();
+        const auto reads_before = device.stats().reads_issued;
+        staged.reset();
+        manager.async_save<gpu>(6, sources, std::move(with_rng),
+                                boost::asio::bind_executor(io, [&](auto&& r) {
+                                    staged.emplace(std::move(r));
+                                }));
+        BOOST_REQUIRE(ruda::test::run_until(io, [&] { return staged.has_value(); }));
+        BOOST_REQUIRE(!*staged);
+        BOOST_TEST(staged->error() == errc::malformed_record);
+        BOOST_TEST(staged->error().message().find(text) == 0U, staged->error().message());
+        BOOST_TEST(device.stats().reads_issued == reads_before);
+    }
+    // A read that fails names its group.
+    const ruda::async_device failing{{.fail_read = 1}};
+    const auto broken = two_gradients(failing);
+    staged.reset();
+    manager.async_save<gpu>(7, {{"weights", broken}}, ruda::checkpoint{},
+                            boost::asio::bind_executor(io, [&](auto&& r) {
+                                staged.emplace(std::move(r));
+                            }));
+    BOOST_REQUIRE(ruda::test::run_until(io, [&] { return staged.has_value(); }));
+    BOOST_REQUIRE(!*staged);
+    BOOST_TEST(staged->error().message().find("Reading weights for parameter 1") == 0U,
+               staged->error().message());
+}
+
+// A plain loop's saves: staged at the call, written by the manager's thread, at most
+// max_queued_saves at once (the next call waits for room), all durable at the destructor.
+BOOST_AUTO_TEST_CASE(queue_save_bounds_the_saves_waiting_and_the_destructor_finishes_them)
+{
+    const ruda::test::watchdog guard{"queue_save_bounds_the_saves_waiting"};
+    const temp_dir dir;
+    counting_ops ops;
+    ops.hold_fsync();
+    std::optional<ruda::checkpoint_manager> manager{
+        std::in_place, dir.path(), ruda::checkpoint_manager_options{.keep_last = 10, .ops = &ops,
+                                                                    .max_queued_saves = 2}};
+    auto first = manager->queue_save(1, contents_of(1));
+    auto second = manager->queue_save(2, contents_of(2));
+    BOOST_TEST(!first.done()); // fsync is held: queued, not durable
+    // A third save waits for room: it returns only once the first is durable.
+    std::atomic<bool> third_returned{false};
+    bool first_done_when_third_returned = false;
+    std::thread loop{[&] {
+        auto third = manager->queue_save(3, contents_of(3));
+        first_done_when_third_returned = first.done();
+        third_returned = true;
+        static_cast<void>(third.wait());
+    }};
+    ops.release();
+    loop.join();
+    BOOST_TEST(third_returned.load());
+    BOOST_TEST(first_done_when_third_returned);
+    BOOST_TEST(first.wait().value().step == 1U);
+    BOOST_TEST(second.wait().value().step == 2U);
+
+    // The destructor waits for what is queued: every save is durable once it returns.
+    ops.hold_fsync();
+    auto fourth = manager->queue_save(4, contents_of(4));
+    std::thread releaser{[&] {
+        std::this_thread::sleep_for(10ms);
+        ops.release();
+    }};
+    manager.reset();
+    releaser.join();
+    BOOST_TEST(fourth.done());
+    BOOST_TEST(fourth.wait().has_value());
+    ruda::checkpoint_manager after{dir.path()};
+    BOOST_TEST(after.steps().value() == (std::vector<std::uint64_t>{1, 2, 3, 4}));
+    BOOST_TEST((as_saved(after.load_latest().value()) == contents_of(4)));
+
+    // A failed write is the pending save's; a refused step too.
+    ruda::checkpoint_manager again{dir.path()};
+    const auto refused = again.queue_save(2, contents_of(2)).wait();
+    BOOST_TEST(refused.error() == errc::step_not_newer);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,9 +1,12 @@
 // A torch program outside the ruda tree, built against an installed ruda's torch component:
-// a module's gradients snapshotted, restored into a fresh module and compared.
+// a module's gradients snapshotted, restored into a fresh module and compared, and a trainer's
+// whole state (with Adam's) snapshot and restored.
 #include <ruda/ruda.hpp>
 #include <ruda/optim/module_gradients.hpp>
+#include <ruda/optim/torch_training_state.hpp>
 
 #include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
 
 #include <cstdio>
 
@@ -20,7 +23,14 @@ int main()
                            : ruda::result<ruda::gradients_params>(record.error());
     torch::nn::Linear fresh(3, 2);
     const bool restored_ok = restored && ruda::restore_gradients(restored.value(), *fresh);
-    const bool ok = restored_ok && fresh->weight.grad().equal(model->weight.grad()) &&
+    torch::optim::Adam adam{model->parameters()};
+    adam.step();
+    auto state = ruda::snapshot_training_state(model, adam, 1);
+    torch::optim::Adam fresh_adam{fresh->parameters()};
+    const bool state_ok =
+        state && ruda::restore_training_state(state.value(), fresh, fresh_adam).has_value();
+    const bool ok = restored_ok && state_ok && fresh->weight.equal(model->weight) &&
+                    fresh->weight.grad().equal(model->weight.grad()) &&
                     fresh->bias.grad().equal(model->bias.grad());
     if (!record) {
         std::fprintf(stderr, "%s\n", record.error().message().c_str());

@@ -8,10 +8,15 @@
 #include "../backend/cuda_test_support.hpp"
 
 #include <ruda/optim/cuda_module_gradients.hpp>
+#include <ruda/optim/torch_training_state.hpp>
 #include <ruda/record/precision.hpp>
 
 #include <c10/core/TensorImpl.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
@@ -459,6 +464,70 @@ BOOST_FIXTURE_TEST_CASE(a_failed_upload_is_named_and_the_next_restore_goes_throu
     BOOST_TEST(read(model.parameter("fc.weight").grad()) == pattern(48, 5));
 }
 
+// A trainer's whole state on the GPU: the parameters, gradients and Adam's moving averages
+// borrowed in place and read after the trainer's stream, the step count and hyper-parameters
+// with them; restored into a fresh model and optimizer on the GPU. The restore makes Adam's
+// tensors in ruda's memory, as where libtorch has no CUDA (the GPU suite covers torch's).
+BOOST_FIXTURE_TEST_CASE(a_whole_training_state_round_trips_on_the_gpu, model_on_fake,
+                        *boost::unit_test::precondition(libtorch_without_cuda))
+{
+    const std::vector<std::string> names{"fc.weight", "fc.bias", "head.weight", "head.bias"};
+    for (std::size_t k = 0; k < names.size(); ++k) {
+        set_value(names[k], static_cast<std::uint8_t>(10 + k));
+    }
+    const bytes grad = give_gradient("fc.weight", 9);
+    torch::optim::Adam adam{model.parameters(), torch::optim::AdamOptions(0.01)};
+    // Adam's state of fc.weight, as torch keeps it: moving averages on the GPU, a step count.
+    const at::Tensor weight = model.parameter("fc.weight");
+    at::Tensor exp_avg = device_tensor(gpu, {3, 4}, c10::kFloat);
+    at::Tensor exp_avg_sq = device_tensor(gpu, {3, 4}, c10::kFloat);
+    gpu.write(address(exp_avg), pattern(48, 30), trainer);
+    gpu.write(address(exp_avg_sq), pattern(48, 40), trainer);
+    auto state = std::make_unique<torch::optim::AdamParamState>();
+    state->step(3);
+    state->exp_avg(exp_avg);
+    state->exp_avg_sq(exp_avg_sq);
+    adam.state()[ruda::detail::optimizer_state_key(adam.state(), weight)] = std::move(state);
+
+    auto saved = ruda::snapshot_training_state(model, adam, 3, on);
+    BOOST_REQUIRE(saved.has_value());
+    const auto& optimizer = *saved.value().group("optimizer");
+    BOOST_TEST(stored(find(optimizer, "fc.weight.exp_avg")) == pattern(48, 30));
+    BOOST_TEST(stored(find(optimizer, "fc.weight.exp_avg_sq")) == pattern(48, 40));
+    BOOST_TEST(find(optimizer, "fc.weight.step").data.values<std::int64_t>().value()[0] == 3);
+    BOOST_TEST(stored(find(*saved.value().group("weights"), "head.weight")) == pattern(12, 12));
+    BOOST_TEST(stored(find(saved.value().gradients(), "fc.weight")) == grad);
+
+    model_on_fake target;
+    torch::optim::Adam fresh{target.model.parameters(), torch::optim::AdamOptions(0.001)};
+    const auto step = ruda::restore_training_state(saved.value(), target.model, fresh, target.on);
+    BOOST_REQUIRE(step.has_value());
+    BOOST_TEST(step.value() == 3U);
+    for (std::size_t k = 0; k < names.size(); ++k) {
+        const at::Tensor restored = target.model.parameter(names[k]);
+        BOOST_TEST(target.read(restored) == pattern(restored.nbytes(), 10 + k), names[k]);
+    }
+    BOOST_TEST(target.read(target.model.parameter("fc.weight").grad()) == grad);
+    BOOST_REQUIRE_EQUAL(fresh.state().size(), 1U);
+    const auto& restored = static_cast<const torch::optim::AdamParamState&>(*fresh.state().at(
+        ruda::detail::optimizer_state_key(fresh.state(), target.model.parameter("fc.weight"))));
+    BOOST_TEST(restored.step() == 3);
+    BOOST_TEST(restored.exp_avg().is_cuda());
+    BOOST_TEST(target.read(restored.exp_avg()) == pattern(48, 30));
+    BOOST_TEST(target.read(restored.exp_avg_sq()) == pattern(48, 40));
+    BOOST_TEST(static_cast<const torch::optim::AdamOptions&>(fresh.param_groups()[0].options())
+                   .lr() == 0.01);
+
+    // A state tensor on the CPU while the model is on the GPU is named.
+    auto& moved = static_cast<torch::optim::AdamParamState&>(
+        *adam.state().at(ruda::detail::optimizer_state_key(adam.state(), weight)));
+    moved.exp_avg(torch::zeros({3, 4}));
+    const auto refused = ruda::snapshot_training_state(model, adam, 3, on);
+    BOOST_REQUIRE(!refused.has_value());
+    BOOST_TEST(refused.error().code() == errc::unsupported_device);
+    BOOST_TEST(says(refused.error(), "Optimizer state fc.weight.exp_avg: the tensor is on cpu"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // A real model on a real GPU: the gradients of a few steps snapshotted in place and compared
@@ -503,6 +572,49 @@ BOOST_AUTO_TEST_CASE(gpu_gradients_round_trip_bit_identical_on_the_current_strea
         const at::Tensor& restored = fresh->named_parameters()[item.key()];
         BOOST_TEST(torch::equal(restored.grad().cpu(), item.value().grad().cpu()), item.key());
         BOOST_TEST(torch::equal(restored.cpu(), item.value().cpu()), item.key());
+    }
+}
+
+// A real model trained with Adam and dropout on the GPU, its whole state snapshot mid-training
+// and restored into a fresh model and optimizer on the GPU, which must end training
+// bit-identical to the uninterrupted run.
+BOOST_AUTO_TEST_CASE(gpu_training_state_resumes_bit_for_bit)
+{
+    const c10::Device cuda{c10::kCUDA, 0};
+    auto gpu = ruda::cuda_device::open().value();
+    const auto make = [&] {
+        torch::manual_seed(3);
+        torch::nn::Sequential model{torch::nn::Linear(32, 64), torch::nn::Tanh(),
+                                    torch::nn::Dropout(0.2), torch::nn::Linear(64, 4)};
+        model->to(cuda);
+        return model;
+    };
+    const auto train = [&](torch::nn::Sequential& model, torch::optim::Adam& adam, int step) {
+        const auto x = torch::sin(torch::arange(0, 256, at::TensorOptions().device(cuda))
+                                      .reshape({8, 32}) * (step + 1));
+        adam.zero_grad();
+        model->forward(x).square().mean().backward();
+        adam.step();
+    };
+    auto model = make();
+    torch::optim::Adam adam{model->parameters(), torch::optim::AdamOptions(1e-3)};
+    ruda::checkpoint saved;
+    for (int step = 0; step < 6; ++step) {
+        if (step == 3) {
+            saved = ruda::snapshot_training_state(*model, adam, 3, {gpu}).value();
+        }
+        train(model, adam, step);
+    }
+    auto resumed = make();
+    torch::optim::Adam fresh{resumed->parameters(), torch::optim::AdamOptions(1e-3)};
+    torch::manual_seed(99);
+    BOOST_REQUIRE(ruda::restore_training_state(saved, *resumed, fresh, {gpu}).has_value());
+    for (int step = 3; step < 6; ++step) {
+        train(resumed, fresh, step);
+    }
+    for (const auto& item : model->named_parameters()) {
+        BOOST_TEST(torch::equal(resumed->named_parameters()[item.key()].cpu(), item.value().cpu()),
+                   item.key());
     }
 }
 

@@ -196,13 +196,8 @@ BOOST_AUTO_TEST_CASE(the_optimizer_state_is_named_by_parameter_and_state)
     // Shared with the optimizer, not copied: a snapshot reads them when it runs.
     const auto entry = state.tensors.get<ruda::torch_backend>(id).value();
     const auto& held = std::get<ruda::torch_backend::float_tensor>(entry).get();
-    const auto key = [&] {
-        std::ostringstream text;
-        text << model.fc1->weight.unsafeGetTensorImpl();
-        return text.str();
-    };
-    const auto& adam_state =
-        static_cast<const torch::optim::AdamParamState&>(*adam.state().at(key()));
+    const auto& adam_state = static_cast<const torch::optim::AdamParamState&>(
+        *adam.state().at(ruda::detail::optimizer_state_key(adam.state(), model.fc1->weight)));
     BOOST_TEST(held.is_same(adam_state.exp_avg()));
     BOOST_REQUIRE_EQUAL(state.counters.entries().size(), 6U);
     const auto& step = state.counters.entries()[0];

@@ -167,9 +167,10 @@ public:
     [[nodiscard]] std::string resumed_run_id() const;
 
     /// Saves `contents` as `step` of this manager's run, the run it resumed as the parent
-    /// (recorded in the file, whatever `contents.identity()` says), durably; then moves "latest" to it, applies retention and
-    /// removes stale temporary files. A failure leaves the previous checkpoints and "latest"
-    /// as they were. `errc::directory_in_use` if another manager holds the directory;
+    /// (recorded in the file, whatever `contents.identity()` says), durably; then moves
+    /// "latest" to it, applies retention and removes stale temporary files. A failure leaves
+    /// the previous checkpoints and "latest" as they were. `errc::directory_in_use` if another
+    /// manager holds the directory;
     /// `errc::step_not_newer`, writing nothing, when the directory holds `step` or a newer
     /// step, unless the options say `newer_checkpoints::discard`.
     [[nodiscard]] result<saved_checkpoint> save(std::uint64_t step, const checkpoint& contents);

@@ -30,10 +30,12 @@ struct safetensors_limits {
 /// fsync), tensors in id order. Each entry's stored data goes out as is; where its original
 /// dtype differs (a flex32 gradient, a record narrowed by a precision setting), the header's
 /// `__metadata__` holds it under "ruda.original_dtype.<id>", so an import restores it.
-/// Gradients are float tensors: F64, F32 (also for flex32), F16 and BF16; other data
-/// (quantized gradients above all, which safetensors has no layout for) is
+/// Float tensors go out as F64, F32 (also for flex32), F16 and BF16; the integer and bool
+/// tensors of a checkpoint's other groups as I64, I32, I16, I8, U64, U32, U16, U8 and BOOL;
+/// other data (quantized tensors above all, which safetensors has no layout for) is
 /// `errc::invalid_dtype` naming the parameter. What an import would refuse is refused before
-/// a byte is written, with the import's code: `validate_for_saving`'s checks, and a header
+/// a byte is written, with the import's code: `validate_for_saving`'s checks (those of a tensor
+/// group other than the gradients), and a header
 /// over `limits.max_header_bytes` (`errc::allocation_too_large`). `errc::io_error` names the
 /// failed operation. Returns the file size.
 [[nodiscard]] result<std::uint64_t> export_safetensors(const gradients_params_record& record,
@@ -49,7 +51,8 @@ struct safetensors_limits {
 /// tensor's bytes are allocated: the header's length and JSON, each name, dtype, shape and
 /// byte range, and that the ranges cover the data exactly once. Errors:
 /// `errc::malformed_record` (a broken header or ranges), `errc::duplicate_param_id` (two names
-/// with one id), `errc::invalid_dtype` (a dtype other than F64, F32, F16, BF16),
+/// with one id), `errc::invalid_dtype` (a dtype ruda lacks: F8_E4M3, C64…), the record's
+/// checks as a tensor group (`validate_tensor_group`),
 /// `errc::shape_overflow`, `errc::byte_count_mismatch`, `errc::allocation_too_large` (a header
 /// over the limit), `errc::io_error`; each names the file and, where one is involved, the
 /// tensor.

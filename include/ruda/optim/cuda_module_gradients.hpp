@@ -18,6 +18,7 @@
 #include <ruda/optim/gradients_params_record.hpp>
 
 #include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
 
 #include <optional>
 
@@ -83,5 +84,42 @@ struct cuda_module_device {
 [[nodiscard]] result<void> restore_parameters(const gradients_params_record& record,
                                               torch::nn::Module& module,
                                               const cuda_module_device& on);
+
+/// Every check `restore_gradients(record, module, on)` makes, changing nothing.
+[[nodiscard]] result<void> check_gradients(const gradients_params_record& record,
+                                           const torch::nn::Module& module,
+                                           const cuda_module_device& on);
+/// Every check `restore_parameters(record, module, on)` makes, changing nothing.
+[[nodiscard]] result<void> check_parameters(const gradients_params_record& record,
+                                            const torch::nn::Module& module,
+                                            const cuda_module_device& on);
+
+// The same calls for a module held by a holder (`torch::nn::Linear`, a `TORCH_MODULE`).
+template <class T>
+[[nodiscard]] result<gradients_params> from_module(const torch::nn::ModuleHolder<T>& module,
+                                                   const cuda_module_device& on)
+{
+    return from_module(static_cast<const torch::nn::Module&>(*module), on);
+}
+template <class T>
+[[nodiscard]] result<gradients_params>
+parameters_from_module(const torch::nn::ModuleHolder<T>& module, const cuda_module_device& on)
+{
+    return parameters_from_module(static_cast<const torch::nn::Module&>(*module), on);
+}
+template <class T>
+[[nodiscard]] result<void> restore_gradients(const gradients_params_record& record,
+                                             torch::nn::ModuleHolder<T> module,
+                                             const cuda_module_device& on)
+{
+    return restore_gradients(record, static_cast<torch::nn::Module&>(*module), on);
+}
+template <class T>
+[[nodiscard]] result<void> restore_parameters(const gradients_params_record& record,
+                                              torch::nn::ModuleHolder<T> module,
+                                              const cuda_module_device& on)
+{
+    return restore_parameters(record, static_cast<torch::nn::Module&>(*module), on);
+}
 
 } // namespace ruda

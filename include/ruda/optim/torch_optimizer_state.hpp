@@ -10,6 +10,7 @@
 
 #include <ruda/checkpoint/checkpoint.hpp>
 #include <ruda/error.hpp>
+#include <ruda/optim/cuda_module_gradients.hpp>
 #include <ruda/optim/gradients_params.hpp>
 
 #include <cereal/types/string.hpp>
@@ -19,12 +20,31 @@
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace ruda {
+
+namespace detail {
+/// The key of a parameter's state in a libtorch optimizer's map, as the optimizers make it:
+/// libtorch 1.x keys it by the text of the parameter's TensorImpl address, 2.x by the address.
+template <class Map>
+typename Map::key_type optimizer_state_key(const Map&, const at::Tensor& parameter)
+{
+    using key = typename Map::key_type;
+    if constexpr (std::is_same_v<key, std::string>) {
+        std::ostringstream text;
+        text << parameter.unsafeGetTensorImpl();
+        return text.str();
+    } else {
+        return static_cast<key>(parameter.unsafeGetTensorImpl());
+    }
+}
+} // namespace detail
 
 /// The checkpoint group that holds an optimizer's state tensors.
 inline constexpr std::string_view optimizer_group = "optimizer";
@@ -62,7 +82,8 @@ struct optimizer_description {
 /// An optimizer's state as read at the call.
 struct optimizer_state {
     /// The float state tensors (exp_avg, exp_avg_sq, momentum_buffer, sum...), shared with the
-    /// optimizer, not copied, on `torch_backend`: a snapshot reads them as it reads gradients.
+    /// optimizer, not copied, on `torch_backend` (`cuda_backend` for a model on a GPU, borrowed
+    /// in place): a snapshot reads them as it reads gradients.
     /// Each is named "<parameter>.<state>", with `param_id::from_name` of that as its id.
     gradients_params tensors;
     /// The integer states (the step counts), copied at the call, named the same way: 0-d i64.
@@ -78,6 +99,12 @@ struct optimizer_state {
 /// `model`'s; `errc::invalid_dtype` for a state tensor torch_backend cannot read.
 [[nodiscard]] result<optimizer_state> optimizer_state_of(const torch::optim::Optimizer& optimizer,
                                                          const torch::nn::Module& model);
+/// The same for a model on a GPU: the float state tensors borrowed on `cuda_backend`, read after
+/// the work queued on `on.stream` (the errors of `from_module(model, on)` for one that is not
+/// a dense float tensor on `on.device`).
+[[nodiscard]] result<optimizer_state> optimizer_state_of(const torch::optim::Optimizer& optimizer,
+                                                         const torch::nn::Module& model,
+                                                         const cuda_module_device& on);
 
 /// `state` in `contents`: the group `optimizer_group` (its tensors as read by a snapshot,
 /// `records`, and its counters) and the section `optimizer_section`.
@@ -107,6 +134,14 @@ enum class hyperparameters : std::uint8_t {
 [[nodiscard]] result<void> restore_optimizer_state(const checkpoint& contents,
                                                    torch::optim::Optimizer& optimizer,
                                                    const torch::nn::Module& model,
+                                                   hyperparameters mode = hyperparameters::restore);
+/// The same for a model on a GPU: each state tensor a new tensor on the GPU (torch's memory
+/// where libtorch has CUDA), uploaded through ruda's staging ring before the work queued next
+/// on `on.stream`.
+[[nodiscard]] result<void> restore_optimizer_state(const checkpoint& contents,
+                                                   torch::optim::Optimizer& optimizer,
+                                                   const torch::nn::Module& model,
+                                                   const cuda_module_device& on,
                                                    hyperparameters mode = hyperparameters::restore);
 
 } // namespace ruda

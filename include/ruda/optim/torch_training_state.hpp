@@ -12,6 +12,7 @@
 #include <ruda/checkpoint/checkpoint.hpp>
 #include <ruda/error.hpp>
 #include <ruda/optim/async_snapshot.hpp>
+#include <ruda/optim/cuda_module_gradients.hpp>
 #include <ruda/optim/gradients_params.hpp>
 #include <ruda/optim/snapshot_options.hpp>
 #include <ruda/optim/torch_generator_state.hpp>
@@ -55,10 +56,11 @@ struct training_restore_options {
 
 namespace detail {
 /// The snapshot `async_snapshot_training_state` runs: the tensors captured by this call, read
-/// when awaited.
+/// when awaited; on the CPU when `on` is null, else on that GPU.
 [[nodiscard]] boost::asio::awaitable<result<checkpoint>>
 training_state_snapshot(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-                        std::uint64_t step, const training_state_options& options);
+                        std::uint64_t step, const training_state_options& options,
+                        const cuda_module_device* on);
 } // namespace detail
 
 /// Snapshots the whole training state into host memory: the parameters (group "weights"), the
@@ -78,7 +80,23 @@ auto async_snapshot_training_state(const torch::nn::Module& model,
                                    const training_state_options& options, CompletionToken&& token)
 {
     return detail::async_run_snapshot(
-        detail::training_state_snapshot(model, optimizer, step, options),
+        detail::training_state_snapshot(model, optimizer, step, options, nullptr),
+        detail::token_executor{}, std::forward<CompletionToken>(token));
+}
+
+/// The same for a model on a GPU (`cuda_module_gradients.hpp`): the parameters, gradients,
+/// float buffers and optimizer states borrowed in place by `cuda_backend`, read after the work
+/// queued on `on.stream` (with device staging, copied on the GPU in this call); integer
+/// buffers are copied to the host in this call (torch waits for the GPU there), the
+/// generators' states include each CUDA device's.
+template <class CompletionToken>
+auto async_snapshot_training_state(const torch::nn::Module& model,
+                                   const torch::optim::Optimizer& optimizer, std::uint64_t step,
+                                   const cuda_module_device& on,
+                                   const training_state_options& options, CompletionToken&& token)
+{
+    return detail::async_run_snapshot(
+        detail::training_state_snapshot(model, optimizer, step, options, &on),
         detail::token_executor{}, std::forward<CompletionToken>(token));
 }
 
@@ -96,10 +114,15 @@ auto async_snapshot_training_state(const torch::nn::Module& model,
 /// The same snapshot, blocking the calling thread until it is in host memory: for a plain
 /// training loop. Refuses (`errc::sync_read_unavailable`) where `try_to_record` would, on a
 /// read worker.
-[[nodiscard]] result<checkpoint> snapshot_training_state(const torch::nn::Module& model,
-                                                         const torch::optim::Optimizer& optimizer,
-                                                         std::uint64_t step,
-                                                         const training_state_options& options = {});
+[[nodiscard]] result<checkpoint>
+snapshot_training_state(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
+                        std::uint64_t step, const training_state_options& options = {});
+
+/// The same for a model on a GPU.
+[[nodiscard]] result<checkpoint>
+snapshot_training_state(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
+                        std::uint64_t step, const cuda_module_device& on,
+                        const training_state_options& options = {});
 
 /// Restores what `snapshot_training_state` saved into `model` (the same architecture) and
 /// `optimizer` (a fresh one of the same type over `model`'s parameters), and returns the step:
@@ -112,6 +135,15 @@ auto async_snapshot_training_state(const torch::nn::Module& model,
 [[nodiscard]] result<std::uint64_t>
 restore_training_state(const checkpoint& saved, torch::nn::Module& model,
                        torch::optim::Optimizer& optimizer,
+                       const training_restore_options& options = {});
+
+/// The same for a model on a GPU, with the same arguments and `on`: the weights and gradients
+/// uploaded in place (`restore_parameters`, `restore_gradients` of `cuda_module_gradients.hpp`),
+/// the optimizer's state tensors made on the GPU, each before the work queued next on
+/// `on.stream`; buffers copied by torch.
+[[nodiscard]] result<std::uint64_t>
+restore_training_state(const checkpoint& saved, torch::nn::Module& model,
+                       torch::optim::Optimizer& optimizer, const cuda_module_device& on,
                        const training_restore_options& options = {});
 
 /// The same for a module held by a holder (`torch::nn::Linear`, a `TORCH_MODULE`).
@@ -127,10 +159,10 @@ restore_training_state(const checkpoint& saved, torch::nn::ModuleHolder<T> model
 
 /// `snapshot_training_state` of a module held by a holder.
 template <class T>
-[[nodiscard]] result<checkpoint> snapshot_training_state(const torch::nn::ModuleHolder<T>& model,
-                                                         const torch::optim::Optimizer& optimizer,
-                                                         std::uint64_t step,
-                                                         const training_state_options& options = {})
+[[nodiscard]] result<checkpoint>
+snapshot_training_state(const torch::nn::ModuleHolder<T>& model,
+                        const torch::optim::Optimizer& optimizer, std::uint64_t step,
+                        const training_state_options& options = {})
 {
     return snapshot_training_state(static_cast<const torch::nn::Module&>(*model), optimizer, step,
                                    options);
