@@ -1,8 +1,8 @@
 // libFuzzer target: safetensors import from untrusted bytes. The header's length, JSON (parsed
 // iteratively), names, dtypes, shapes and byte ranges are all checked before a tensor is
 // allocated, so no input may crash it or make it allocate beyond the file's own size
-// (-malloc_limit_mb); whatever imports is a valid gradient record whose tensors hold exactly
-// their shape's bytes.
+// (-malloc_limit_mb); whatever imports is a valid tensor group (float, integer and bool tensors
+// stored as themselves) whose tensors hold exactly their shape's bytes.
 #include "fuzz_input.hpp"
 
 #include <ruda/checkpoint/safetensors.hpp>
@@ -15,10 +15,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!record) {
         return 0;
     }
-    fuzz::require(ruda::validate_gradients_record(record.value()).has_value());
+    fuzz::require(ruda::validate_tensor_group(record.value()).has_value());
     std::size_t total = 0;
     for (const auto& entry : record.value().entries()) {
-        fuzz::require(entry.data.dtype().is_float());
+        fuzz::require(!entry.data.dtype().is_quantized());
         fuzz::require(entry.data.bytes().size() ==
                       entry.data.num_elements() * entry.data.dtype().size());
         total += entry.data.bytes().size();

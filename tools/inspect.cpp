@@ -81,8 +81,8 @@ std::string hex_bytes(std::span<const std::uint8_t> bytes)
 }
 
 // What a short section holds, for a person: text when its bytes are text, a string as cereal
-// writes one (its length, then the text) as that text, 8 or 4 bytes as the integer and the
-// float they read as (a step, a loss), anything else in hexadecimal.
+// writes one (its length, then the text) as that text, anything else in hexadecimal; 8 or 4
+// bytes followed by the integer and the float they read as (a step, a loss).
 std::string section_value(std::span<const std::uint8_t> bytes)
 {
     const std::string_view text{reinterpret_cast<const char*>(bytes.data()), bytes.size()};
@@ -98,16 +98,17 @@ std::string section_value(std::span<const std::uint8_t> bytes)
         const std::uint64_t bits = detail::load_le(bytes);
         double real = 0;
         std::memcpy(&real, &bits, sizeof real);
-        std::snprintf(number, sizeof number, "%llu (f64 %.17g)",
+        std::snprintf(number, sizeof number, " (u64 %llu, f64 %.17g)",
                       static_cast<unsigned long long>(bits), real);
-        return number;
+        return hex_bytes(bytes) + number;
     }
     if (bytes.size() == 4) {
         const auto bits = static_cast<std::uint32_t>(detail::load_le(bytes));
         float real = 0;
         std::memcpy(&real, &bits, sizeof real);
-        std::snprintf(number, sizeof number, "%u (f32 %.9g)", bits, static_cast<double>(real));
-        return number;
+        std::snprintf(number, sizeof number, " (u32 %u, f32 %.9g)", bits,
+                      static_cast<double>(real));
+        return hex_bytes(bytes) + number;
     }
     return hex_bytes(bytes);
 }

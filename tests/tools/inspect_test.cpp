@@ -378,9 +378,12 @@ BOOST_AUTO_TEST_CASE(groups_runs_and_short_sections_are_shown)
                                        ruda::to_string(ruda::param_id::from_name("fc.weight.step")) +
                                        " | fc.weight.step | i64 |"));
     BOOST_TEST(contains(table.out, "| section | size | checksum | value |"));
-    BOOST_TEST(contains(table.out, "| step | 8 B | ok | 12 (f64 "), table.out);
+    BOOST_TEST(contains(table.out, "| step | 8 B | ok | 0x0c00000000000000 (u64 12, f64 "),
+               table.out);
     BOOST_TEST(contains(table.out, "| note | 23 B | ok | \"lr warm-up done\" |"), table.out);
-    BOOST_TEST(contains(table.out, "| loss | 8 B | ok | 4593671619917905920 (f64 0.125) |"));
+    BOOST_TEST(contains(table.out, "| loss | 8 B | ok | 0x000000000000c03f (u64 "
+                                   "4593671619917905920, f64 0.125) |"),
+               table.out);
     BOOST_TEST(contains(table.out, "| big | 136 B | ok |  |")); // over 64 bytes: not shown
 
     const auto verified = inspect({"--verify", file});
