@@ -135,7 +135,7 @@ struct save_plan {
 save_plan plan_save(const payload_bytes& payloads)
 {
     save_plan plan;
-    plan.locations.reserve(payloads.size());
+    detail::reserve_prepared(plan.locations, payloads.size()); // 24 bytes a tensor
     std::uint64_t cursor = detail::preamble_size;
     bool gathering = false; // whether the last job may take the next small payload
     std::uint64_t gather_start = 0; // where that job starts
