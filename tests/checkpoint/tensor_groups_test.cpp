@@ -103,6 +103,20 @@ BOOST_AUTO_TEST_CASE(groups_round_trip_with_their_ids_names_and_checksums)
                  "parameter " + ruda::to_string(step->id));
 }
 
+// A checkpoint of 100,000 tensors must not hold a second copy of their entries while it is
+// built: a group list made from a braced list copied them (its elements are const).
+BOOST_AUTO_TEST_CASE(records_are_moved_into_their_groups_not_copied)
+{
+    ruda::gradients_params_record gradients{{floats("fc1.weight", 0.5F)}};
+    ruda::gradients_params_record weights{{floats("fc1.weight", 1.0F)}};
+    const auto* gradient_entries = gradients.entries().data();
+    const auto* weight_entries = weights.entries().data();
+    ruda::checkpoint c{std::move(gradients)};
+    c.put_group("weights", std::move(weights)).value();
+    BOOST_TEST(c.gradients().entries().data() == gradient_entries);
+    BOOST_TEST(c.group("weights")->entries().data() == weight_entries);
+}
+
 BOOST_AUTO_TEST_CASE(a_checkpoint_of_gradients_alone_is_written_as_before_groups)
 {
     const temp_dir dir;

@@ -59,10 +59,11 @@ public:
     /// The group `gradients()` is.
     static constexpr std::string_view gradients_group = "gradients";
 
-    checkpoint() : groups_{{std::string{gradients_group}, {}}} {}
+    checkpoint() : checkpoint(gradients_params_record{}) {}
+    // Not a braced list: its elements are const, so the record would be copied, not moved.
     explicit checkpoint(gradients_params_record gradients)
-        : groups_{{std::string{gradients_group}, std::move(gradients)}}
     {
+        groups_.push_back({std::string{gradients_group}, std::move(gradients)});
     }
 
     /// The "gradients" group.
