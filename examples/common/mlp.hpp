@@ -49,6 +49,10 @@ struct parameter {
 /// w1 [hidden x inputs], b1 [hidden], w2 [outputs x hidden], b2 [outputs].
 struct model {
     std::array<parameter, 4> params;
+    /// The parameters' names, as a torch model's named_parameters() would give them: they
+    /// travel with each gradient into checkpoints, `ruda-inspect` and safetensors exports.
+    static constexpr std::array<const char*, 4> names{"fc1.weight", "fc1.bias", "fc2.weight",
+                                                      "fc2.bias"};
 
     parameter& w1() { return params[0]; }
     parameter& b1() { return params[1]; }
@@ -280,9 +284,11 @@ template <ruda::backend B>
 void publish_gradients(const model& m, ruda::gradients_params& grads,
                        const typename B::device& device)
 {
-    for (const parameter& p : m.params) {
+    for (std::size_t k = 0; k < m.params.size(); ++k) {
+        const parameter& p = m.params[k];
         auto data = ruda::tensor_data::from_values(p.grad, ruda::shape(p.shape)).value();
-        grads.insert<B>(ruda::param_id{p.id}, B::float_from_data(std::move(data), device).value());
+        grads.insert<B>(ruda::param_id{p.id}, B::float_from_data(std::move(data), device).value(),
+                        model::names[k]);
     }
 }
 
