@@ -11,8 +11,10 @@
 // writes the run's figures for bench/run.
 //
 //   async_trainer [--steps N] [--snapshot-every N] [--latency-ms N] [--dir DIR] [--json PATH]
+#include "common/arguments.hpp"
 #include "common/checkpoint_dir.hpp"
 #include "common/mlp.hpp"
+#include "common/progress_table.hpp"
 
 #include <ruda/ruda.hpp>
 
@@ -38,7 +40,7 @@
 namespace {
 
 using gpu = ruda::async_backend;
-using clock_type = std::chrono::steady_clock;
+using clock_type = examples::progress_table::clock;
 namespace fs = std::filesystem;
 
 struct options {
@@ -123,11 +125,7 @@ boost::asio::awaitable<void> train(const mlp::config& c, const options& opts, ch
     ruda::gradients_params grads;
     mlp::position at;
     double window_loss = 0;
-    const auto start = clock_type::now();
-    clock_type::duration blocked{};
-
-    std::printf("| step | loss | snapshots taken | on disk | loop blocked ms | blocked %% of wall |\n");
-    std::printf("|---:|---:|---:|---:|---:|---:|\n");
+    examples::progress_table table{"snapshots taken", "on disk"};
     while (at.step < opts.steps) {
         window_loss += mlp::train_micro_batch(c, data, m, at);
         mlp::publish_gradients<gpu>(m, grads, device);
@@ -152,26 +150,21 @@ boost::asio::awaitable<void> train(const mlp::config& c, const options& opts, ch
                                           std::rethrow_exception(e);
                                       }
                                   });
-            blocked += clock_type::now() - t0;
+            table.blocked_since(t0);
         }
         if (at.micro_batch == 0) { // a step just completed
             if (at.step % opts.report_every() == 0) {
-                const double wall = std::chrono::duration<double>(clock_type::now() - start).count();
-                const double blocked_ms = std::chrono::duration<double, std::milli>(blocked).count();
-                std::printf("| %llu | %.5f | %llu | %llu | %.3f | %.3f |\n",
-                            static_cast<unsigned long long>(at.step),
-                            window_loss / static_cast<double>(c.accumulate),
-                            static_cast<unsigned long long>(shared.taken),
-                            static_cast<unsigned long long>(shared.saved), blocked_ms,
-                            100.0 * blocked_ms / 1e3 / wall);
+                table.row(at.step, window_loss / static_cast<double>(c.accumulate), shared.taken,
+                          shared.saved);
             }
             window_loss = 0;
         }
         // Let the snapshot's completions run between micro-batches.
         co_await boost::asio::post(ex, boost::asio::use_awaitable);
     }
-    report.wall_seconds = std::chrono::duration<double>(clock_type::now() - start).count();
-    report.blocked_seconds = std::chrono::duration<double>(blocked).count();
+    table.stop();
+    report.wall_seconds = table.wall_seconds();
+    report.blocked_seconds = table.blocked_seconds();
     co_await wait_idle(shared); // the last checkpoint reaches the disk
     report.final_model = std::move(m);
 }
@@ -198,20 +191,6 @@ ruda::result<mlp::training_state> load_state(const ruda::checkpoint_manager& man
     return state;
 }
 
-bool same_gradients(const mlp::model& a, const mlp::model& b)
-{
-    for (std::size_t k = 0; k < a.params.size(); ++k) {
-        const auto& x = a.params[k].grad;
-        const auto& y = b.params[k].grad;
-        if (a.params[k].id != b.params[k].id || x.size() != y.size() ||
-            std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0) {
-            return false;
-        }
-    }
-    return true;
-}
-
-
 // Every checkpoint still on disk holds the state exactly as it was when its snapshot was taken
 // (training went on changing the gradients while the reads were in flight); resuming from the
 // latest one ends bit-identical to the uninterrupted run. Returns the number of failures.
@@ -224,12 +203,9 @@ int verify(const mlp::config& c, const options& opts, const checkpoints& shared,
         ++failures;
     }
     const auto on_disk = shared.manager.steps().value(); // throws (a failure) if unlistable
-    std::printf("\n%llu snapshots staged, %llu checkpoints made durable, %zu kept in %s; "
-                "training %.3f s, loop blocked %.3f ms (%.4f%%)\n",
-                static_cast<unsigned long long>(shared.staged),
-                static_cast<unsigned long long>(shared.saved), on_disk.size(),
-                shared.manager.directory().c_str(), report.wall_seconds,
-                report.blocked_seconds * 1e3, 100.0 * report.blocked_seconds / report.wall_seconds);
+    examples::print_summary(shared.staged, shared.saved, on_disk.size(),
+                            shared.manager.directory(), report.wall_seconds,
+                            report.blocked_seconds);
 
     std::size_t identical = 0;
     std::size_t checked = 0;
@@ -246,15 +222,14 @@ int verify(const mlp::config& c, const options& opts, const checkpoints& shared,
         }
         const bool same = loaded.value().at == job.at &&
                           mlp::same_bits(loaded.value().weights, job.at_capture) &&
-                          same_gradients(loaded.value().weights, job.at_capture);
+                          mlp::same_gradients(loaded.value().weights, job.at_capture);
         identical += same ? 1 : 0;
         if (!same) {
             std::printf("step %llu differs from the state at its snapshot\n",
                         static_cast<unsigned long long>(job.step));
         }
     }
-    std::printf("checkpoints restored bit-identical to the state at their snapshot: %zu of %zu\n",
-                identical, checked);
+    examples::print_restored(identical, checked);
     failures += identical == checked && checked == on_disk.size() && checked > 0 ? 0 : 1;
 
     // A restart: resume from the latest checkpoint, in fresh objects, and finish the run.
@@ -273,11 +248,8 @@ int verify(const mlp::config& c, const options& opts, const checkpoints& shared,
             mlp::train_micro_batch(c, data, resumed, at);
         }
         exact = mlp::same_bits(resumed, report.final_model);
-        std::printf("resumed from the latest checkpoint (step %llu, micro-batch %llu of %zu): "
-                    "final weights %s\n",
-                    static_cast<unsigned long long>(state.value().at.step),
-                    static_cast<unsigned long long>(state.value().at.micro_batch), c.accumulate,
-                    exact ? "bit-identical to the uninterrupted run" : "DIFFER");
+        examples::print_resumed(state.value().at.step, state.value().at.micro_batch, c.accumulate,
+                                exact);
     } else {
         std::printf("cannot load the latest checkpoint: %s\n", state.error().message().c_str());
     }
@@ -307,24 +279,13 @@ void write_figures(const fs::path& path, std::uint64_t steps, std::uint64_t snap
 std::optional<options> parse(int argc, char** argv)
 {
     options opts;
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        const bool has_value = i + 1 < argc;
-        if (arg == "--steps" && has_value) {
-            opts.steps = std::strtoull(argv[++i], nullptr, 10);
-        } else if (arg == "--snapshot-every" && has_value) {
-            opts.snapshot_every = std::strtoull(argv[++i], nullptr, 10);
-        } else if (arg == "--latency-ms" && has_value) {
-            opts.latency_ms = std::strtol(argv[++i], nullptr, 10);
-        } else if (arg == "--dir" && has_value) {
-            opts.dir = argv[++i];
-        } else if (arg == "--json" && has_value) {
-            opts.json = argv[++i];
-        } else {
-            return std::nullopt;
-        }
-    }
-    if (opts.steps == 0 || opts.snapshot_every > opts.steps ||
+    examples::arguments args;
+    args.option("--steps", opts.steps)
+        .option("--snapshot-every", opts.snapshot_every)
+        .option("--latency-ms", opts.latency_ms)
+        .option("--dir", opts.dir)
+        .option("--json", opts.json);
+    if (!args.parse(argc, argv) || opts.steps == 0 || opts.snapshot_every > opts.steps ||
         opts.latency_ms < 0) {
         return std::nullopt;
     }

@@ -11,6 +11,7 @@
 //      bit, the empty windows summed), and training goes on there.
 //
 //   mpirun -np 3 ddp_trainer [--steps N] [--checkpoint-every K] [--dir DIR]
+#include "common/arguments.hpp"
 #include "common/checkpoint_dir.hpp"
 #include "common/mlp.hpp"
 #include "common/run_to_end.hpp"
@@ -153,19 +154,11 @@ int fail(int rank, const std::string& why)
 std::optional<options> parse(int argc, char** argv)
 {
     options o;
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        if (i + 1 < argc && arg == "--steps") {
-            o.steps = std::strtoull(argv[++i], nullptr, 10);
-        } else if (i + 1 < argc && arg == "--checkpoint-every") {
-            o.checkpoint_every = std::strtoull(argv[++i], nullptr, 10);
-        } else if (i + 1 < argc && arg == "--dir") {
-            o.dir = argv[++i];
-        } else {
-            return std::nullopt;
-        }
-    }
-    if (o.steps < 2 || o.checkpoint_every == 0) {
+    examples::arguments args;
+    args.option("--steps", o.steps)
+        .option("--checkpoint-every", o.checkpoint_every)
+        .option("--dir", o.dir);
+    if (!args.parse(argc, argv) || o.steps < 2 || o.checkpoint_every == 0) {
         return std::nullopt;
     }
     return o;

@@ -20,17 +20,15 @@
 // tensors.
 //
 //   torch_trainer [--steps N] [--snapshot-every N] [--dir DIR] [--device cpu|cuda]
+#include "common/arguments.hpp"
 #include "common/checkpoint_dir.hpp"
+#include "common/progress_table.hpp"
+#include "common/torch_mlp.hpp"
 
 #include <ruda/backend/torch_backend.hpp>
 #include <ruda/optim/torch_training_state.hpp>
 #include <ruda/ruda.hpp>
 
-#include <torch/nn/modules/activation.h>
-#include <torch/nn/modules/container/sequential.h>
-#include <torch/nn/modules/linear.h>
-#include <torch/optim/adam.h>
-#include <torch/serialize.h>
 #include <torch/version.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -52,133 +50,8 @@
 namespace {
 
 using tb = ruda::torch_backend;
-using clock_type = std::chrono::steady_clock;
+using namespace torch_mlp;
 namespace fs = std::filesystem;
-
-constexpr std::int64_t inputs = 32;
-constexpr std::int64_t hidden = 128;
-constexpr std::int64_t outputs = 8;
-constexpr std::int64_t batch = 64;
-constexpr std::int64_t accumulate = 4; // micro-batches per optimizer step
-constexpr std::int64_t samples = 4096;
-constexpr double learning_rate = 1e-3;
-
-struct mlp : torch::nn::Module {
-    mlp()
-    {
-        fc1 = register_module("fc1", torch::nn::Linear(inputs, hidden));
-        fc2 = register_module("fc2", torch::nn::Linear(hidden, hidden));
-        fc3 = register_module("fc3", torch::nn::Linear(hidden, outputs));
-    }
-    torch::Tensor forward(const torch::Tensor& x)
-    {
-        return fc3->forward(torch::tanh(fc2->forward(torch::tanh(fc1->forward(x)))));
-    }
-    torch::nn::Linear fc1{nullptr};
-    torch::nn::Linear fc2{nullptr};
-    torch::nn::Linear fc3{nullptr};
-};
-
-// The same weights in every run: the seed decides them (on the CPU, then moved).
-std::shared_ptr<mlp> fresh_model(const c10::Device& device)
-{
-    torch::manual_seed(1);
-    auto model = std::make_shared<mlp>();
-    model->to(device);
-    return model;
-}
-
-struct dataset {
-    explicit dataset(const c10::Device& device)
-    {
-        torch::manual_seed(2);
-        x = torch::randn({samples, inputs});
-        y = torch::sin(x.matmul(torch::randn({inputs, outputs})) * 0.2);
-        x = x.to(device);
-        y = y.to(device);
-    }
-    torch::Tensor x;
-    torch::Tensor y;
-};
-
-// Where training stands: `micro` micro-batches of step `step` are accumulated.
-struct position {
-    std::uint64_t step = 0;
-    std::uint64_t micro = 0;
-    friend bool operator==(const position&, const position&) = default;
-    template <class Archive>
-    void serialize(Archive& ar)
-    {
-        ar(step, micro);
-    }
-};
-
-// One micro-batch: forward, backward (gradients accumulate in place), and at the end of a
-// window the Adam step and the gradients set to none. Returns the micro-batch's loss.
-double train_micro_batch(const dataset& data, mlp& model, torch::optim::Adam& optimizer,
-                         position& at)
-{
-    const std::int64_t index = static_cast<std::int64_t>(at.step) * accumulate +
-                               static_cast<std::int64_t>(at.micro);
-    const std::int64_t begin = (index * batch) % samples;
-    const auto x = data.x.slice(0, begin, begin + batch);
-    const auto y = data.y.slice(0, begin, begin + batch);
-    const auto loss = torch::mse_loss(model.forward(x), y) / static_cast<double>(accumulate);
-    loss.backward();
-    if (++at.micro == static_cast<std::uint64_t>(accumulate)) {
-        optimizer.step();
-        for (auto& p : model.parameters()) {
-            p.mutable_grad() = torch::Tensor{}; // set to none: later snapshots never race it
-        }
-        at.micro = 0;
-        ++at.step;
-    }
-    return loss.item<double>() * static_cast<double>(accumulate);
-}
-
-bool same_bits(const torch::Tensor& a, const torch::Tensor& b)
-{
-    if (a.defined() != b.defined()) {
-        return false;
-    }
-    if (!a.defined()) {
-        return true;
-    }
-    const auto ha = a.cpu().contiguous();
-    const auto hb = b.cpu().contiguous();
-    return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() &&
-           (a.numel() == 0 || std::memcmp(ha.data_ptr(), hb.data_ptr(),
-                                          static_cast<std::size_t>(a.numel()) *
-                                              a.element_size()) == 0);
-}
-
-// Weights and gradients of two models, bit for bit.
-bool same_state(mlp& a, mlp& b)
-{
-    const auto pa = a.named_parameters();
-    const auto pb = b.named_parameters();
-    for (const auto& item : pa) {
-        const auto& other = pb[item.key()];
-        if (!same_bits(item.value(), other) || !same_bits(item.value().grad(), other.grad())) {
-            return false;
-        }
-    }
-    return pa.size() == pb.size();
-}
-
-// A copy of a model's weights and gradients, as the snapshot must hold them.
-std::shared_ptr<mlp> copy_of(mlp& model, const c10::Device& device)
-{
-    auto copy = fresh_model(device);
-    const auto from = model.named_parameters();
-    const torch::NoGradGuard no_grad;
-    for (auto& item : copy->named_parameters()) {
-        item.value().copy_(from[item.key()]);
-        const auto& grad = from[item.key()].grad();
-        item.value().mutable_grad() = grad.defined() ? grad.clone() : torch::Tensor{};
-    }
-    return copy;
-}
 
 struct options {
     std::uint64_t steps = 60;
@@ -279,37 +152,30 @@ boost::asio::awaitable<void> train(const options& opts, run_state& run)
     torch::optim::Adam optimizer{model->parameters(), torch::optim::AdamOptions(learning_rate)};
     position at;
     double window_loss = 0;
-    const auto start = clock_type::now();
-    clock_type::duration blocked{};
-    std::printf("| step | loss | checkpoints staged | durable | loop blocked ms | blocked %% of wall |\n");
-    std::printf("|---:|---:|---:|---:|---:|---:|\n");
+    examples::progress_table table{"checkpoints staged", "durable"};
     while (at.step < opts.steps) {
         window_loss += train_micro_batch(data, *model, optimizer, at);
-        if (opts.snapshot_every != 0 && (at.step + 1) % opts.snapshot_every == 0 &&
+        if ((at.step + 1) % opts.snapshot_every == 0 &&
             at.micro == static_cast<std::uint64_t>(accumulate / 2)) {
-            const auto t0 = clock_type::now();
+            const auto t0 = examples::progress_table::clock::now();
             const bool staged = co_await checkpoint_now(*model, optimizer, at, run);
-            blocked += clock_type::now() - t0;
+            table.blocked_since(t0);
             if (staged) {
                 run.expected[at.step] = copy_of(*model, run.device); // what verify() compares
             }
         }
         if (at.micro == 0) {
             if (at.step % 10 == 0) {
-                const double wall = std::chrono::duration<double>(clock_type::now() - start).count();
-                const double blocked_ms = std::chrono::duration<double, std::milli>(blocked).count();
-                std::printf("| %llu | %.5f | %zu | %llu | %.3f | %.3f |\n",
-                            static_cast<unsigned long long>(at.step),
-                            window_loss / static_cast<double>(accumulate), run.expected.size(),
-                            static_cast<unsigned long long>(run.durable), blocked_ms,
-                            100.0 * blocked_ms / 1e3 / wall);
+                table.row(at.step, window_loss / static_cast<double>(accumulate),
+                          run.expected.size(), run.durable);
             }
             window_loss = 0;
         }
         co_await boost::asio::post(ex, boost::asio::use_awaitable); // let completions run
     }
-    run.wall_seconds = std::chrono::duration<double>(clock_type::now() - start).count();
-    run.blocked_seconds = std::chrono::duration<double>(blocked).count();
+    table.stop();
+    run.wall_seconds = table.wall_seconds();
+    run.blocked_seconds = table.blocked_seconds();
     run.final_model = model;
 }
 
@@ -343,11 +209,8 @@ int verify(const options& opts, run_state& run)
         ++failures;
     }
     const auto on_disk = run.manager.steps().value(); // throws (a failure) if unlistable
-    std::printf("\n%zu checkpoints staged, %llu durable, %zu kept in %s; training %.3f s, loop "
-                "blocked %.3f ms (%.3f%%)\n",
-                run.expected.size(), static_cast<unsigned long long>(run.durable), on_disk.size(),
-                run.manager.directory().c_str(), run.wall_seconds, run.blocked_seconds * 1e3,
-                100.0 * run.blocked_seconds / run.wall_seconds);
+    examples::print_summary(run.expected.size(), run.durable, on_disk.size(),
+                            run.manager.directory(), run.wall_seconds, run.blocked_seconds);
     std::size_t identical = 0;
     for (const std::uint64_t step : on_disk) {
         auto restored = restore(run, step);
@@ -365,8 +228,7 @@ int verify(const options& opts, run_state& run)
                         static_cast<unsigned long long>(step));
         }
     }
-    std::printf("checkpoints restored bit-identical to the state at their snapshot: %zu of %zu\n",
-                identical, on_disk.size());
+    examples::print_restored(identical, on_disk.size());
     failures += identical == on_disk.size() && !on_disk.empty() ? 0 : 1;
 
     // A restart: resume from the latest checkpoint in a fresh model and optimizer.
@@ -388,39 +250,24 @@ int verify(const options& opts, run_state& run)
         train_micro_batch(data, *model, *optimizer, at);
     }
     const bool exact = same_state(*model, *run.final_model);
-    std::printf("resumed from the latest checkpoint (step %llu, micro-batch %llu of %lld): final "
-                "weights %s\n",
-                static_cast<unsigned long long>(from.step),
-                static_cast<unsigned long long>(from.micro), static_cast<long long>(accumulate),
-                exact ? "bit-identical to the uninterrupted run" : "DIFFER");
+    examples::print_resumed(from.step, from.micro, accumulate, exact);
     return failures + (exact ? 0 : 1);
 }
 
 std::optional<options> parse(int argc, char** argv)
 {
     options opts;
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        const bool has_value = i + 1 < argc;
-        if (arg == "--steps" && has_value) {
-            opts.steps = std::strtoull(argv[++i], nullptr, 10);
-        } else if (arg == "--snapshot-every" && has_value) {
-            opts.snapshot_every = std::strtoull(argv[++i], nullptr, 10);
-        } else if (arg == "--dir" && has_value) {
-            opts.dir = argv[++i];
-        } else if (arg == "--device" && has_value) {
-            const std::string device = argv[++i];
-            if (device != "cpu" && device != "cuda") {
-                return std::nullopt;
-            }
-            opts.device = device == "cuda" ? c10::Device{c10::kCUDA, 0} : c10::Device{c10::kCPU};
-        } else {
-            return std::nullopt;
-        }
-    }
-    if (opts.steps == 0 || opts.snapshot_every == 0 || opts.snapshot_every > opts.steps) {
+    std::string device = "cpu";
+    examples::arguments args;
+    args.option("--steps", opts.steps)
+        .option("--snapshot-every", opts.snapshot_every)
+        .option("--dir", opts.dir)
+        .option("--device", device);
+    if (!args.parse(argc, argv) || (device != "cpu" && device != "cuda") || opts.steps == 0 ||
+        opts.snapshot_every == 0 || opts.snapshot_every > opts.steps) {
         return std::nullopt;
     }
+    opts.device = device == "cuda" ? c10::Device{c10::kCUDA, 0} : c10::Device{c10::kCPU};
     return opts;
 }
 

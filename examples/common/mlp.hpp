@@ -333,4 +333,18 @@ inline bool same_bits(const model& a, const model& b)
     return true;
 }
 
+/// Whether both models hold the same parameters with bit-identical gradients.
+inline bool same_gradients(const model& a, const model& b)
+{
+    for (std::size_t k = 0; k < a.params.size(); ++k) {
+        const auto& x = a.params[k].grad;
+        const auto& y = b.params[k].grad;
+        if (a.params[k].id != b.params[k].id || x.size() != y.size() ||
+            std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
 } // namespace mlp
