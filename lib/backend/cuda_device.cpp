@@ -1,6 +1,13 @@
 // The CUDA device: one worker thread issues every read's copies and learns of their landing
 // through host functions that only post back to it, so all read state is touched on that
-// thread; uploads and device staging run on the caller's thread under their own locks.
+// thread; uploads and device staging run on the caller's thread under their own locks. The
+// context and its memory, the rings, device staging and runs of small tensors have files of
+// their own (cuda_context.hpp, staging_ring.hpp, cuda_device_staging.*, cuda_runs.*).
+#include "cuda_context.hpp"
+#include "cuda_device_staging.hpp"
+#include "cuda_runs.hpp"
+#include "staging_ring.hpp"
+
 #include <ruda/backend/cuda_device.hpp>
 #include <ruda/backend/detail/cuda_device_state.hpp>
 #include <ruda/backend/detail/cuda_driver.hpp>
@@ -17,17 +24,14 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_set>
-#include <unistd.h>
 
 namespace ruda {
 namespace detail {
@@ -36,223 +40,9 @@ using namespace cuda;
 
 namespace {
 
-constexpr unsigned host_register_portable = 0x1; // CU_MEMHOSTREGISTER_PORTABLE
-constexpr std::size_t device_alignment = 256;
 // How often the worker asks whether the context has failed while copies are out: a failed
 // context never runs their host functions, so that is the only way their reads can end.
 constexpr std::chrono::milliseconds context_check_interval{100};
-
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-
-std::size_t page_size()
-{
-    static const auto size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-    return size;
-}
-
-} // namespace
-
-// The device's primary context (shared with the CUDA runtime and PyTorch), released when
-// nothing that needs it is left: the device, its allocations, its pinned buffers.
-class cuda_context {
-public:
-    cuda_context(const driver& api, CUdevice device, CUcontext context, int ordinal)
-        : api_(api), device_(device), context_(context), ordinal_(ordinal)
-    {
-    }
-    ~cuda_context() { api_.cuDevicePrimaryCtxRelease(device_); }
-    cuda_context(const cuda_context&) = delete;
-    cuda_context& operator=(const cuda_context&) = delete;
-
-    [[nodiscard]] const driver& api() const noexcept { return api_; }
-    [[nodiscard]] int ordinal() const noexcept { return ordinal_; }
-
-    // Driver calls act on the calling thread's current context.
-    result<void> make_current() const
-    {
-        return check(api_.cuCtxSetCurrent(context_), errc::device_unavailable, "cuCtxSetCurrent");
-    }
-
-    // "cuda device 0: <what>: CUDA_ERROR_… (…)" for a failed call.
-    [[nodiscard]] error failure(CUresult status, errc code, const std::string& what) const
-    {
-        return driver_error(api_, code, "cuda device " + std::to_string(ordinal_) + ": " + what,
-                            status);
-    }
-    [[nodiscard]] result<void> check(CUresult status, errc code, const std::string& what) const
-    {
-        if (status == cuda_success) {
-            return success();
-        }
-        return failure(status, code, what);
-    }
-
-private:
-    const driver& api_;
-    CUdevice device_;
-    CUcontext context_;
-    int ordinal_;
-};
-
-namespace {
-
-// A device address as messages write it: 0x7f3a00000000.
-std::string hex(CUdeviceptr address)
-{
-    std::array<char, 2 + 16> digits{'0', 'x'};
-    const auto end = std::to_chars(digits.data() + 2, digits.data() + digits.size(), address, 16);
-    return {digits.data(), end.ptr};
-}
-
-// Page-aligned host memory registered with the driver (pinned), so copies to and from it run
-// at the link's speed. Registering is ten times cheaper than cuMemAllocHost.
-struct pinned_memory {
-    static void* allocate(const cuda_context& context, std::size_t size)
-    {
-        const std::size_t bytes = round_up(std::max<std::size_t>(size, 1), page_size());
-        void* memory = std::aligned_alloc(page_size(), bytes);
-        if (memory == nullptr) {
-            return nullptr;
-        }
-        if (!context.make_current() ||
-            context.api().cuMemHostRegister(memory, bytes, host_register_portable) !=
-                cuda_success) {
-            std::free(memory);
-            return nullptr;
-        }
-        return memory;
-    }
-    static void free(const cuda_context& context, void* memory)
-    {
-        if (context.make_current()) {
-            context.api().cuMemHostUnregister(memory);
-        }
-        std::free(memory);
-    }
-};
-
-// Allocations in a circular buffer, released in any order; space comes back once every older
-// allocation is released too, which is the order copies on one stream land in anyway.
-class staging_ring {
-public:
-    explicit staging_ring(std::size_t capacity) : capacity_(capacity) {}
-
-    [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
-
-    std::optional<std::size_t> allocate(std::size_t bytes)
-    {
-        if (bytes == 0 || bytes > capacity_) {
-            return std::nullopt;
-        }
-        if (live_.empty()) {
-            head_ = 0;
-        }
-        std::size_t at = head_;
-        if (!live_.empty()) {
-            const std::size_t oldest = live_.front().offset;
-            if (head_ > oldest) {
-                // Used: [oldest, head). Free: [head, capacity) and [0, oldest).
-                if (capacity_ - head_ < bytes) {
-                    if (oldest < bytes) {
-                        return std::nullopt;
-                    }
-                    at = 0;
-                }
-            } else if (oldest - head_ < bytes) {
-                // Used: [oldest, capacity) and [0, head), or all of it when head == oldest.
-                return std::nullopt;
-            }
-        }
-        live_.push_back({at, false});
-        head_ = at + bytes;
-        return at;
-    }
-
-    void release(std::size_t offset)
-    {
-        const auto found = std::find_if(live_.begin(), live_.end(),
-                                        [offset](const span& s) { return s.offset == offset; });
-        if (found != live_.end()) {
-            found->released = true;
-        }
-        while (!live_.empty() && live_.front().released) {
-            live_.pop_front();
-        }
-    }
-
-private:
-    struct span {
-        std::size_t offset;
-        bool released;
-    };
-    std::size_t capacity_;
-    std::size_t head_ = 0;
-    std::deque<span> live_;
-};
-
-// The device staging buffer and its ring, kept alive by the leases of staged copies.
-class device_staging {
-public:
-    device_staging(std::shared_ptr<const cuda_context> context, CUdeviceptr base,
-                   std::size_t capacity)
-        : context_(std::move(context)), base_(base), ring_(capacity)
-    {
-    }
-    ~device_staging()
-    {
-        if (context_->make_current()) {
-            context_->api().cuMemFree(base_);
-        }
-    }
-    device_staging(const device_staging&) = delete;
-    device_staging& operator=(const device_staging&) = delete;
-
-    std::mutex mutex; // the ring, and the staging stream's events
-    [[nodiscard]] CUdeviceptr base() const noexcept { return base_; }
-    staging_ring& ring() { return ring_; }
-
-private:
-    std::shared_ptr<const cuda_context> context_;
-    CUdeviceptr base_;
-    staging_ring ring_;
-};
-
-// A staged copy's hold on its part of the device staging buffer.
-struct staging_lease {
-    staging_lease(std::shared_ptr<device_staging> owner, std::size_t at)
-        : staging(std::move(owner)), offset(at)
-    {
-    }
-    ~staging_lease()
-    {
-        const std::lock_guard lock{staging->mutex};
-        staging->ring().release(offset);
-    }
-    staging_lease(const staging_lease&) = delete;
-    staging_lease& operator=(const staging_lease&) = delete;
-
-    std::shared_ptr<device_staging> staging;
-    std::size_t offset;
-};
-
-// Device memory ruda allocated for an uploaded tensor.
-struct device_allocation {
-    device_allocation(std::shared_ptr<const cuda_context> owner, CUdeviceptr at)
-        : context(std::move(owner)), address(at)
-    {
-    }
-    ~device_allocation()
-    {
-        if (context->make_current()) {
-            context->api().cuMemFree(address);
-        }
-    }
-    device_allocation(const device_allocation&) = delete;
-    device_allocation& operator=(const device_allocation&) = delete;
-
-    std::shared_ptr<const cuda_context> context;
-    CUdeviceptr address;
-};
 
 error cancelled_read() { return error{errc::cancelled, "cuda backend: read cancelled"}; }
 
@@ -275,21 +65,6 @@ struct cuda_read_op {
     bool stopped = false;       // no further pieces: cancelled or failed
     std::optional<error> failure;
     bool done = false;
-};
-
-// Adjacent small tensors of one snapshot that one copy serves. Decided when the snapshot is
-// taken, so that it does not depend on the order in which reads reach the worker; touched on
-// the worker only from then on.
-struct cuda_run {
-    CUdeviceptr address = 0;
-    std::size_t bytes = 0;
-    std::size_t tensors = 0;
-    cuda_stream producer = nullptr;
-    bool issued = false;
-    bool landed = false;
-    std::optional<error> failure;
-    storage buffer;                                    // pinned; each read gets its slice
-    std::vector<std::shared_ptr<cuda_read_op>> waiting; // reads waiting for the copy to land
 };
 
 // Pieces queued since the last host function; the next host function reports them landed.
@@ -331,22 +106,8 @@ public:
                              std::to_string(options_.staging_bytes) + " bytes of staging memory"};
         }
         if (options_.device_staging_bytes > 0) {
-            BOOST_OUTCOME_TRY(
-                context_->check(api_.cuStreamCreate(&staging_stream_, stream_non_blocking),
-                                errc::device_unavailable, "cuStreamCreate"));
-            for (CUevent* event : {&stage_begin_event_, &stage_end_event_}) {
-                BOOST_OUTCOME_TRY(
-                    context_->check(api_.cuEventCreate(event, event_disable_timing),
-                                    errc::device_unavailable, "cuEventCreate"));
-            }
-            CUdeviceptr base = 0;
-            BOOST_OUTCOME_TRY(context_->check(api_.cuMemAlloc(&base, options_.device_staging_bytes),
-                                              errc::allocation_too_large,
-                                              "cuMemAlloc of " +
-                                                  std::to_string(options_.device_staging_bytes) +
-                                                  " bytes of device staging"));
-            device_staging_ =
-                std::make_shared<device_staging>(context_, base, options_.device_staging_bytes);
+            BOOST_OUTCOME_TRY(device_staging_,
+                              device_staging::create(context_, options_.device_staging_bytes));
         }
         if (options_.pinned_records) {
             auto context = context_;
@@ -386,14 +147,12 @@ public:
         if (staging_memory_ != nullptr) {
             pinned_memory::free(*context_, staging_memory_);
         }
-        for (CUevent event :
-             {read_event_, upload_event_, landing_event_, consumer_event_, stage_begin_event_,
-              stage_end_event_}) {
+        for (CUevent event : {read_event_, upload_event_, landing_event_, consumer_event_}) {
             if (event != nullptr) {
                 api_.cuEventDestroy(event);
             }
         }
-        for (CUstream stream : {copy_stream_, notify_stream_, upload_stream_, staging_stream_}) {
+        for (CUstream stream : {copy_stream_, notify_stream_, upload_stream_}) {
             if (stream != nullptr) {
                 api_.cuStreamDestroy(stream);
             }
@@ -571,122 +330,19 @@ public:
             errc::read_failed, "cuStreamWaitEvent");
     }
 
-    // Any thread: copies the borrowed tensors among `tensors` into the device staging buffer
-    // after their producers' work so far, and orders the producers after the copies.
+    // Any thread: the borrowed tensors among `tensors` copied into the device staging buffer.
     result<void> stage(std::span<std::shared_ptr<const cuda_tensor_desc>* const> tensors)
     {
-        if (!device_staging_) {
-            return success();
-        }
-        BOOST_OUTCOME_TRY(context_->make_current());
-        const std::lock_guard lock{device_staging_->mutex};
-        std::vector<CUstream> producers;
-        for (const auto* tensor : tensors) {
-            if (!(*tensor)->borrowed) {
-                continue;
-            }
-            const auto producer = static_cast<CUstream>((*tensor)->producer);
-            if (std::find(producers.begin(), producers.end(), producer) == producers.end()) {
-                producers.push_back(producer);
-                BOOST_OUTCOME_TRY(context_->check(api_.cuEventRecord(stage_begin_event_, producer),
-                                                  errc::read_failed, "cuEventRecord"));
-                BOOST_OUTCOME_TRY(context_->check(
-                    api_.cuStreamWaitEvent(staging_stream_, stage_begin_event_, 0),
-                    errc::read_failed, "cuStreamWaitEvent"));
-            }
-        }
-        for (auto* tensor : tensors) {
-            if (!(*tensor)->borrowed) {
-                continue;
-            }
-            const cuda_tensor_desc& source = **tensor;
-            const auto at =
-                device_staging_->ring().allocate(round_up(std::max<std::size_t>(source.bytes, 1),
-                                                          device_alignment));
-            if (!at) {
-                unstaged_.fetch_add(1);
-                continue;
-            }
-            const CUdeviceptr copy = device_staging_->base() + *at;
-            const CUresult status =
-                api_.cuMemcpyDtoDAsync(copy, source.address, source.bytes, staging_stream_);
-            if (status != cuda_success) {
-                device_staging_->ring().release(*at);
-                return context_->failure(status, errc::read_failed,
-                                         "cuMemcpyDtoDAsync of " + std::to_string(source.bytes) +
-                                             " bytes into device staging");
-            }
-            // Released when the staged copy's last handle goes, after its read has landed.
-            auto lease = std::make_shared<const staging_lease>(device_staging_, *at);
-            auto staged = std::make_shared<cuda_tensor_desc>(source);
-            staged->address = copy;
-            staged->producer = staging_stream_;
-            staged->borrowed = false;
-            staged->keep_alive = std::move(lease);
-            *tensor = std::move(staged);
-            staged_.fetch_add(1);
-        }
-        BOOST_OUTCOME_TRY(context_->check(api_.cuEventRecord(stage_end_event_, staging_stream_),
-                                          errc::read_failed, "cuEventRecord"));
-        for (CUstream producer : producers) {
-            BOOST_OUTCOME_TRY(
-                context_->check(api_.cuStreamWaitEvent(producer, stage_end_event_, 0),
-                                errc::read_failed, "cuStreamWaitEvent"));
-        }
-        return success();
+        return device_staging_ ? device_staging_->stage(tensors, staged_, unstaged_) : success();
     }
 
-    // Any thread: runs of adjacent small tensors among `tensors`, in their order, each run read
-    // by one copy into one pinned buffer (slices of one flat gradient buffer cost one copy).
+    // Any thread: runs of adjacent small tensors, each read by one copy into a pinned buffer.
     result<void> group_runs(std::span<std::shared_ptr<const cuda_tensor_desc>* const> tensors)
     {
-        constexpr std::size_t small = 64 * 1024;
         if (!options_.pinned_records) {
             return success();
         }
-        BOOST_OUTCOME_TRY(context_->make_current());
-        for (std::size_t i = 0; i < tensors.size();) {
-            const cuda_tensor_desc& first = **tensors[i];
-            std::size_t end = i + 1;
-            std::size_t bytes = first.bytes;
-            CUdeviceptr allocation = 0;
-            std::size_t allocation_bytes = 0; // looked up once a second tensor is adjacent
-            while (first.bytes > 0 && first.bytes <= small && end < tensors.size()) {
-                const cuda_tensor_desc& next = **tensors[end];
-                if (next.bytes == 0 || next.bytes > small || next.producer != first.producer ||
-                    next.address != first.address + bytes || bytes + next.bytes > piece_bytes()) {
-                    break;
-                }
-                // One copy may not span two allocations, however adjacent their addresses.
-                if (allocation_bytes == 0 &&
-                    api_.cuMemGetAddressRange(&allocation, &allocation_bytes, first.address) !=
-                        cuda_success) {
-                    break;
-                }
-                if (next.address + next.bytes > allocation + allocation_bytes) {
-                    break;
-                }
-                bytes += next.bytes;
-                ++end;
-            }
-            if (end - i > 1) {
-                auto run = std::make_shared<cuda_run>();
-                run->address = first.address;
-                run->bytes = bytes;
-                run->tensors = end - i;
-                run->producer = first.producer;
-                std::size_t offset = 0;
-                for (std::size_t k = i; k < end; ++k) {
-                    auto member = std::make_shared<cuda_tensor_desc>(**tensors[k]);
-                    member->run = run;
-                    member->run_offset = offset;
-                    offset += member->bytes;
-                    *tensors[k] = std::move(member);
-                }
-            }
-            i = end;
-        }
-        return success();
+        return group_cuda_runs(*context_, tensors, piece_bytes());
     }
 
 private:
@@ -1187,13 +843,10 @@ private:
     CUstream copy_stream_ = nullptr;    // reads
     CUstream notify_stream_ = nullptr;  // the host functions of reads
     CUstream upload_stream_ = nullptr;  // uploads
-    CUstream staging_stream_ = nullptr; // device staging
     CUevent read_event_ = nullptr;      // worker only, as is the next
     CUevent landing_event_ = nullptr;
     CUevent upload_event_ = nullptr;    // under upload_event_mutex_, as is the next
     CUevent consumer_event_ = nullptr;  // the consumer's work before an upload into its memory
-    CUevent stage_begin_event_ = nullptr;
-    CUevent stage_end_event_ = nullptr; // both under the device staging lock
     std::mutex upload_event_mutex_;
 
     std::uint8_t* staging_memory_ = nullptr;

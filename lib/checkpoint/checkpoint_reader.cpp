@@ -110,14 +110,16 @@ result<storage> checkpoint_reader::read_payload(const payload_location& payload,
 result<tensor_data> checkpoint_reader::read_entry(const checkpoint_entry_info& entry,
                                                   bool verify) const
 {
-    BOOST_OUTCOME_TRY(auto bytes, read_payload(entry.payload, verify, detail::payload_name(entry.id)));
+    BOOST_OUTCOME_TRY(auto bytes,
+                      read_payload(entry.payload, verify, detail::payload_name(entry.id)));
     return tensor_data{std::move(bytes), entry.shape, entry.stored};
 }
 
 result<std::vector<std::uint8_t>> checkpoint_reader::read_section(
     const checkpoint_section_info& section, bool verify) const
 {
-    BOOST_OUTCOME_TRY(auto bytes, read_payload(section.payload, verify, detail::payload_name(section)));
+    BOOST_OUTCOME_TRY(auto bytes,
+                      read_payload(section.payload, verify, detail::payload_name(section)));
     return bytes.to_vector();
 }
 
