@@ -2,6 +2,7 @@
 // both ask.
 #pragma once
 
+#include <ruda/dist/save_plan.hpp>
 #include <ruda/tensor/dtype.hpp>
 
 #include <cstdint>
@@ -21,6 +22,16 @@ inline std::optional<std::uint64_t> element_bytes(dtype stored, std::uint64_t el
         return std::nullopt;
     }
     return stored.size();
+}
+
+/// The bytes of one element when the pieces of `t` are cut at element boundaries, else nothing.
+inline std::optional<std::uint64_t> cut_element_size(const tensor_layout& t)
+{
+    if (t.pieces.empty()) {
+        return std::nullopt;
+    }
+    const tensor_piece& p = t.pieces.front();
+    return element_bytes(t.stored, p.range.length, p.bytes);
 }
 
 } // namespace ruda::detail
