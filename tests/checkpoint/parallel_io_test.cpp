@@ -2,6 +2,7 @@
 // number, every writer's failure fails the save and leaves the previous file, writes really
 // overlap, and readers find corruption in the same order as one reader.
 #include "checkpoint_test_support.hpp"
+#include "../support/async_test.hpp"
 
 #include <ruda/checkpoint/checkpoint_file.hpp>
 #include <ruda/checkpoint/checkpoint_manager.hpp>
@@ -87,7 +88,7 @@ class meeting_pwrite : public ruda::file_ops {
                 met = true;
             }
             arrived_.notify_all();
-            arrived_.wait_for(lock, std::chrono::seconds(20), [&] { return met; });
+            arrived_.wait_for(lock, ruda::test::hang_limit, [&] { return met; });
         }
         return ruda::file_ops::pwrite(fd, data, size, offset);
     }

@@ -24,11 +24,17 @@
 
 namespace ruda::test {
 
+/// How long a test may wait for what must happen before it calls that a hang. Far longer than
+/// any test needs: a limit only turns a hang into a failure with a reason, and must never fail
+/// a slow run. A process at nice 19 on a machine whose cores are all busy runs 50 to 100 times
+/// slower than alone; a test starved like that once took over 20 s just to fill a 512 MiB tensor.
+inline constexpr std::chrono::seconds hang_limit{300};
+
 /// Ends the whole test process with a message naming `what` if the scope lives longer than
 /// `limit`: a hang becomes a failure with a reason.
 class watchdog {
 public:
-    explicit watchdog(const char* what, std::chrono::seconds limit = std::chrono::seconds(20))
+    explicit watchdog(const char* what, std::chrono::seconds limit = hang_limit)
         : thread_([this, what, limit] {
               std::unique_lock lock{mutex_};
               if (!done_cv_.wait_for(lock, limit, [this] { return done_; })) {
@@ -94,11 +100,12 @@ std::shared_ptr<spawned<T>> spawn(boost::asio::io_context& io,
     return out;
 }
 
-/// Runs `io` until `done()` holds or `limit` passes; returns whether `done()` holds. It stops
+/// Runs `io` until `done()` holds or `limit` passes; returns whether `done()` holds (a short
+/// `limit` checks that something does not happen). It stops
 /// as soon as `done()` holds, while a device's or a manager's thread may still be returning
 /// from its post to `io`: declare `io` before them, so it is destroyed after them.
 inline bool run_until(boost::asio::io_context& io, const std::function<bool()>& done,
-                      std::chrono::milliseconds limit = std::chrono::milliseconds(10000))
+                      std::chrono::milliseconds limit = hang_limit)
 {
     const auto until = std::chrono::steady_clock::now() + limit;
     while (!done() && std::chrono::steady_clock::now() < until) {
@@ -113,8 +120,7 @@ inline bool run_until(boost::asio::io_context& io, const std::function<bool()>& 
 template <class T>
 std::optional<result<T>> run_to_end(boost::asio::io_context& io,
                                     boost::asio::awaitable<result<T>> op,
-                                    std::chrono::milliseconds limit =
-                                        std::chrono::milliseconds(10000))
+                                    std::chrono::milliseconds limit = hang_limit)
 {
     auto out = spawn(io, std::move(op));
     if (!run_until(io, [&] { return out->done.load(); }, limit) || out->failure) {

@@ -173,7 +173,8 @@ BOOST_AUTO_TEST_CASE(a_cancelled_read_completes_promptly_with_cancelled)
     boost::asio::io_context io;
     // 512 MiB: a copy this size takes well over 10 ms on any machine, so the cancel below
     // arrives while the read is queued or copying, and the copy stops at its next 4 MiB piece.
-    const auto big = wrap(torch::ones({128 << 20}));
+    // Left unfilled: filling it was most of the test's time, over 20 s on a starved machine.
+    const auto big = wrap(torch::empty({128 << 20}));
     boost::asio::cancellation_signal cancel;
     auto out = ruda::test::spawn(io, tb::float_into_data(big), &cancel);
     io.run_for(std::chrono::milliseconds(10));
