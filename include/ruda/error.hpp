@@ -7,6 +7,7 @@
 
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -95,6 +96,10 @@ private:
     std::error_code code_;
     std::string message_;
 };
+
+/// The enumerator's name ("not_found"), for bindings and logs that name codes in words; empty
+/// for a value that is no enumerator.
+[[nodiscard]] std::string_view to_name(errc e) noexcept;
 
 /// Writes "ruda:5" style codes and "message (ruda:5)" errors, for logs and test output.
 std::ostream& operator<<(std::ostream& os, errc e);

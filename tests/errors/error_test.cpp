@@ -5,6 +5,7 @@
 
 #include <set>
 #include <sstream>
+#include <string_view>
 
 namespace {
 
@@ -49,6 +50,19 @@ BOOST_AUTO_TEST_CASE(every_code_has_its_own_message)
     BOOST_TEST(messages.size() == static_cast<std::size_t>(errc_count));
     BOOST_TEST(ruda::make_error_code(static_cast<ruda::errc>(999)).message().find("unknown") !=
                std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(every_code_has_its_own_name)
+{
+    std::set<std::string_view> names;
+    for (int v = 1; v <= errc_count; ++v) {
+        const std::string_view name = ruda::to_name(static_cast<ruda::errc>(v));
+        BOOST_TEST(!name.empty(), "code " << v);
+        names.insert(name);
+    }
+    BOOST_TEST(names.size() == static_cast<std::size_t>(errc_count));
+    BOOST_TEST(ruda::to_name(ruda::errc::not_found) == "not_found");
+    BOOST_TEST(ruda::to_name(static_cast<ruda::errc>(999)).empty());
 }
 
 BOOST_AUTO_TEST_CASE(contract_names_exist)

@@ -1,0 +1,35 @@
+"""ruda: snapshot, checkpoint and restore a trainer's tensors, from PyTorch, NumPy or any
+DLPack tensor, with the C++ core doing the work off the GIL.
+
+    import ruda
+    with ruda.CheckpointManager("checkpoints", keep=3) as mgr:
+        mgr.save(step, ruda.training_state(model, optimizer, step)).result()   # or await
+        ckpt = mgr.load_latest().result()
+        step = ruda.restore_training_state(ckpt, model, optimizer)
+
+Every operation returns a ``ruda.Future`` (``SaveFutures`` for saves: ``.staged`` and
+``.durable``): await it in asyncio, call ``.result()`` in a plain loop, ``.cancel()`` it, or
+add a done-callback. Failures are ``ruda.Error`` with a ``.code``.
+"""
+
+from . import _ruda
+from ._errors import (Closed, Error, InvalidArgument, NotFound, TimedOut, UnsafeSection,
+                      error_codes)
+from ._futures import SaveFutures
+from ._ruda import Checkpoint, Future, Record, Tensor, __version__, param_id
+from ._saved import NewestValid, Saved, Skipped
+from ._inputs import Gradients, TrainingState
+from ._api import (CheckpointManager, export_safetensors, import_safetensors, load_file,
+                   restore_gradients, restore_tensors, save_file, snapshot)
+from ._training import restore_training_state, training_state
+
+__all__ = [
+    "Checkpoint", "CheckpointManager", "Closed", "Error", "Future", "Gradients",
+    "InvalidArgument", "NewestValid", "NotFound", "Record", "SaveFutures", "Saved", "Skipped",
+    "Tensor", "TimedOut", "TrainingState", "UnsafeSection", "__version__", "error_codes",
+    "export_safetensors", "import_safetensors", "load_file", "param_id",
+    "restore_gradients", "restore_tensors", "restore_training_state", "save_file",
+    "snapshot", "training_state",
+]
+
+del _ruda

@@ -1,0 +1,269 @@
+#include "records.hpp"
+
+#include "dlpack_export.hpp"
+#include "errors.hpp"
+
+#include <ruda/checkpoint/checkpoint.hpp>
+#include <ruda/optim/validate_record.hpp>
+
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <utility>
+
+namespace py = pybind11;
+
+namespace ruda::python {
+
+std::string key_of(const gradient_entry& entry)
+{
+    return entry.name.empty() ? to_string(entry.id) : entry.name;
+}
+
+record_handle::record_handle(std::shared_ptr<const gradients_params_record> shared)
+    : record(std::move(shared))
+{
+    auto keys = std::make_shared<std::unordered_map<std::string, std::size_t>>();
+    const auto& entries = record->entries();
+    keys->reserve(entries.size());
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        keys->emplace(key_of(entries[i]), i);
+    }
+    by_key = std::move(keys);
+}
+
+result<std::vector<host_view>> borrow_all(py::handle pairs)
+{
+    std::vector<host_view> views;
+    std::map<param_id, std::size_t> seen;
+    for (py::handle pair : pairs) {
+        const auto item = py::reinterpret_borrow<py::tuple>(pair);
+        auto name = item[0].cast<std::string>();
+        if (name.empty()) {
+            return error{errc::malformed_record, "A tensor has an empty name"};
+        }
+        BOOST_OUTCOME_TRY(auto view, borrow_host_tensor(item[1], std::move(name)));
+        const auto [at, added] = seen.try_emplace(view.id, views.size());
+        if (!added) {
+            const std::string& first = views[at->second].name;
+            return error{errc::duplicate_param_id,
+                         first == view.name
+                             ? "Tensor " + view.name + " is given twice"
+                             : "Tensors " + first + " and " + view.name + " have one id, " +
+                                   to_string(view.id) + "; rename one"};
+        }
+        views.push_back(std::move(view));
+    }
+    return views;
+}
+
+result<gradients_params_record> copy_views(std::vector<host_view> views,
+                                           const std::function<bool()>& stop)
+{
+    constexpr std::size_t piece = std::size_t{4} << 20U;
+    std::sort(views.begin(), views.end(),
+              [](const host_view& a, const host_view& b) { return a.id < b.id; });
+    std::vector<gradient_entry> entries;
+    entries.reserve(views.size());
+    for (host_view& view : views) {
+        BOOST_OUTCOME_TRY(auto bytes, storage::try_allocate(view.bytes));
+        std::uint8_t* to = bytes.writable_data();
+        for (std::size_t at = 0; at < view.bytes; at += piece) {
+            if (stop()) {
+                return error{errc::cancelled, "The snapshot was cancelled"};
+            }
+            std::memcpy(to + at, view.data + at, std::min(piece, view.bytes - at));
+        }
+        if (view.bytes == 0 && stop()) {
+            return error{errc::cancelled, "The snapshot was cancelled"};
+        }
+        view.owner.reset();
+        entries.push_back({view.id, view.type,
+                           tensor_data{std::move(bytes), std::move(view.dims), view.type},
+                           std::move(view.name)});
+    }
+    return gradients_params_record{std::move(entries)};
+}
+
+namespace {
+
+// The entry of a key (a name, or an id as an int); nothing when absent, with the key's text.
+std::optional<std::size_t> index_of(const record_handle& r, py::handle key, std::string& text)
+{
+    if (py::isinstance<py::int_>(key) && !py::isinstance<py::bool_>(key)) {
+        const auto id = key.cast<std::uint64_t>();
+        const auto& entries = r.record->entries();
+        const auto at = std::find_if(entries.begin(), entries.end(),
+                                     [id](const gradient_entry& e) { return e.id.val() == id; });
+        if (at != entries.end()) {
+            return static_cast<std::size_t>(at - entries.begin());
+        }
+        text = std::to_string(id);
+        return std::nullopt;
+    }
+    if (!py::isinstance<py::str>(key)) {
+        throw py::type_error("A record is indexed by a tensor's name (str) or id (int)");
+    }
+    text = key.cast<std::string>();
+    const auto at = r.by_key->find(text);
+    if (at == r.by_key->end()) {
+        return std::nullopt;
+    }
+    return at->second;
+}
+
+tensor_handle tensor_at(const record_handle& r, py::handle key)
+{
+    std::string text;
+    const auto index = index_of(r, key, text);
+    if (!index) {
+        PyErr_SetObject(PyExc_KeyError, py::str(text).ptr());
+        throw py::error_already_set();
+    }
+    return {r.record, *index};
+}
+
+py::tuple shape_tuple(const ruda::shape& dims)
+{
+    py::tuple out(dims.size());
+    for (std::size_t d = 0; d < dims.size(); ++d) {
+        out[d] = py::int_(dims[d]);
+    }
+    return out;
+}
+
+py::list record_keys(const record_handle& r)
+{
+    py::list keys;
+    for (const gradient_entry& entry : r.record->entries()) {
+        keys.append(key_of(entry));
+    }
+    return keys;
+}
+
+} // namespace
+
+void bind_records(py::module_& m)
+{
+    py::class_<tensor_handle>(
+        m, "Tensor",
+        "One tensor of a record: its name, id, dtype and shape, and its bytes, which "
+        "torch.from_dlpack and numpy.from_dlpack share without a copy (the record lives while "
+        "a view does).")
+        .def_property_readonly(
+            "name", [](const tensor_handle& t) { return t.entry().name; },
+            "The parameter's name (empty when the writer gave none).")
+        .def_property_readonly(
+            "id", [](const tensor_handle& t) { return t.entry().id.val(); },
+            "The parameter id: XXH3-64 of the name, as ruda's C++ API derives it.")
+        .def_property_readonly(
+            "dtype", [](const tensor_handle& t) { return to_string(t.entry().data.dtype()); },
+            "The dtype of the bytes held (\"f32\", \"bf16\", \"i64\"...).")
+        .def_property_readonly(
+            "original_dtype", [](const tensor_handle& t) { return to_string(t.entry().dtype); },
+            "The dtype the tensor had when snapshot (a precision setting may store another).")
+        .def_property_readonly(
+            "shape", [](const tensor_handle& t) { return shape_tuple(t.entry().data.shape()); },
+            "The dimensions, outermost first.")
+        .def_property_readonly(
+            "nbytes", [](const tensor_handle& t) { return t.entry().data.bytes().size(); },
+            "The size of the bytes held.")
+        .def(
+            "tobytes",
+            [](const tensor_handle& t) {
+                const auto& bytes = t.entry().data.bytes();
+                return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+            },
+            "A copy of the bytes, little-endian elements in row-major order.")
+        .def("__dlpack__", &export_dlpack, py::kw_only(), py::arg("stream") = py::none(),
+             py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+             py::arg("copy") = py::none(),
+             "A DLPack capsule of the tensor's bytes, shared, not copied (mapped bytes are "
+             "copied once, since a consumer may write).")
+        .def(
+            "__dlpack_device__", [](const tensor_handle&) { return py::make_tuple(1, 0); },
+            "(1, 0): the CPU.")
+        .def("__repr__", [](const tensor_handle& t) {
+            return "ruda.Tensor(" + key_of(t.entry()) + ", " + to_string(t.entry().data.dtype()) +
+                   ", " + to_string(t.entry().data.shape()) + ")";
+        });
+
+    py::class_<record_handle>(
+        m, "Record",
+        "A host-owned snapshot of tensors, in id order, read by name (or id). Immutable.")
+        .def("__len__", [](const record_handle& r) { return r.record->entries().size(); })
+        .def("__getitem__", [](const record_handle& r, py::handle key) { return tensor_at(r, key); })
+        .def("__contains__",
+             [](const record_handle& r, py::handle key) {
+                 std::string text;
+                 return index_of(r, key, text).has_value();
+             })
+        .def("keys", &record_keys, "Each tensor's name (its decimal id when it has none).")
+        .def("__iter__", [](const record_handle& r) { return py::iter(record_keys(r)); })
+        .def(
+            "ids",
+            [](const record_handle& r) {
+                py::list ids;
+                for (const gradient_entry& e : r.record->entries()) {
+                    ids.append(e.id.val());
+                }
+                return ids;
+            },
+            "Each tensor's id, ascending.")
+        .def(
+            "values",
+            [](const record_handle& r) {
+                py::list out;
+                for (std::size_t i = 0; i < r.record->entries().size(); ++i) {
+                    out.append(py::cast(tensor_handle{r.record, i}));
+                }
+                return out;
+            },
+            "Each tensor, in id order.")
+        .def(
+            "items",
+            [](const record_handle& r) {
+                py::list out;
+                const auto& entries = r.record->entries();
+                for (std::size_t i = 0; i < entries.size(); ++i) {
+                    out.append(py::make_tuple(key_of(entries[i]),
+                                              py::cast(tensor_handle{r.record, i})));
+                }
+                return out;
+            },
+            "(key, tensor) pairs, in id order.")
+        .def_property_readonly(
+            "nbytes",
+            [](const record_handle& r) {
+                std::size_t total = 0;
+                for (const gradient_entry& e : r.record->entries()) {
+                    total += e.data.bytes().size();
+                }
+                return total;
+            },
+            "The bytes of every tensor together.")
+        .def(
+            "validate",
+            [](const record_handle& r, bool gradients) {
+                value_or_raise(validate_for_saving(*r.record, gradients));
+            },
+            py::arg("gradients") = true,
+            "Every check a restore and a save make (duplicate ids, dtypes, byte counts, "
+            "overflow, names), raising the first failure as ruda.Error; gradients=False "
+            "allows the integer tensors of other groups.")
+        .def("__eq__",
+             [](const record_handle& a, const record_handle& b) { return *a.record == *b.record; })
+        .def("__repr__", [](const record_handle& r) {
+            return "ruda.Record(" + std::to_string(r.record->entries().size()) + " tensors)";
+        });
+
+    m.def(
+        "param_id", [](const std::string& name) { return param_id::from_name(name).val(); },
+        py::arg("name"),
+        "The id of a named parameter: XXH3-64 of its UTF-8 bytes, as the C++ API derives it.");
+}
+
+} // namespace ruda::python

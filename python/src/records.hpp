@@ -1,0 +1,53 @@
+// Records in Python: `ruda.Record`, a host-owned snapshot read by name or id, whose tensors
+// (`ruda.Tensor`) go out through DLPack sharing ruda's memory; and the copy of borrowed
+// tensors into one, off the GIL.
+#pragma once
+
+#include "dlpack_import.hpp"
+
+#include <ruda/optim/gradients_params_record.hpp>
+
+#include <pybind11/pybind11.h>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace ruda::python {
+
+/// A record shared by every Python object that shows it (and every DLPack view of it).
+struct record_handle {
+    std::shared_ptr<const gradients_params_record> record;
+    /// Each entry's key: its name, or its decimal id when it has none.
+    std::shared_ptr<const std::unordered_map<std::string, std::size_t>> by_key;
+
+    explicit record_handle(std::shared_ptr<const gradients_params_record> shared);
+};
+
+/// One entry of a record.
+struct tensor_handle {
+    std::shared_ptr<const gradients_params_record> record;
+    std::size_t index;
+
+    [[nodiscard]] const gradient_entry& entry() const { return record->entries()[index]; }
+};
+
+/// The key of an entry: its name, or its decimal id.
+[[nodiscard]] std::string key_of(const gradient_entry& entry);
+
+/// Borrows each `(name, tensor)` pair under the GIL, refusing a name given twice or two names
+/// of one id (`errc::duplicate_param_id`) before anything is copied.
+[[nodiscard]] result<std::vector<host_view>> borrow_all(pybind11::handle pairs);
+
+/// Copies the views into memory of ruda's own, entries in id order, the producers' tensors
+/// released as each is copied; `stop()` is asked between pieces of at most 4 MiB, and a true
+/// answer ends it with `errc::cancelled`. No GIL needed.
+[[nodiscard]] result<gradients_params_record> copy_views(std::vector<host_view> views,
+                                                         const std::function<bool()>& stop);
+
+void bind_records(pybind11::module_& m);
+
+} // namespace ruda::python
