@@ -289,5 +289,5 @@ def _section_json(self: Checkpoint, name: str) -> Any:
     return json.loads(raw[name])
 
 
-Checkpoint.sections = property(_sections)  # type: ignore[attr-defined]
-Checkpoint.section_json = _section_json  # type: ignore[attr-defined]
+setattr(Checkpoint, "sections", property(_sections))
+setattr(Checkpoint, "section_json", _section_json)

@@ -12,7 +12,7 @@ from ._ruda import Future
 T = TypeVar("T")
 
 
-def _await(self: Future) -> Generator[Any, None, Any]:
+def _await(self: "Future[Any]") -> Generator[Any, None, Any]:
     """Awaits the operation in the running loop: its completion reaches the loop through
     ``call_soon_threadsafe``, never by polling; cancelling the awaiting task cancels it."""
     loop = asyncio.get_running_loop()
@@ -45,15 +45,15 @@ def _await(self: Future) -> Generator[Any, None, Any]:
     return (yield from waiter)
 
 
-def _add_done_callback(self: Future, callback: Callable[[Future], object]) -> None:
+def _add_done_callback(self: "Future[Any]", callback: Callable[["Future[Any]"], object]) -> None:
     """Calls ``callback(future)`` once done, on the completing thread (at once when done); an
     exception from it is reported as unraisable, like asyncio's."""
     self._add_done_callback(lambda: callback(self))
 
 
-Future.__await__ = _await  # type: ignore[assignment]
-Future.add_done_callback = _add_done_callback  # type: ignore[attr-defined]
-Future.__class_getitem__ = classmethod(types.GenericAlias)  # type: ignore[attr-defined]
+setattr(Future, "__await__", _await)
+setattr(Future, "add_done_callback", _add_done_callback)
+setattr(Future, "__class_getitem__", classmethod(types.GenericAlias))
 
 
 class SaveFutures(Generic[T]):
@@ -61,7 +61,7 @@ class SaveFutures(Generic[T]):
     ``durable``; ``cancel()`` cancels the save while it is not yet staged (nothing is written),
     and is refused after."""
 
-    def __init__(self, staged: Future, durable: Future) -> None:
+    def __init__(self, staged: "Future[None]", durable: "Future[T]") -> None:
         #: Completes (with None) once the tensors are copied into ruda's memory and the write
         #: is queued: the trainer may change them again.
         self.staged = staged
@@ -73,10 +73,10 @@ class SaveFutures(Generic[T]):
 
     def result(self, timeout: Optional[float] = None) -> T:
         """The durable outcome (``ruda.Saved``), waiting like ``Future.result``."""
-        return self.durable.result(timeout)  # type: ignore[no-any-return]
+        return self.durable.result(timeout)
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        return self.durable.exception(timeout)  # type: ignore[no-any-return]
+        return self.durable.exception(timeout)
 
     def done(self) -> bool:
         return self.durable.done()

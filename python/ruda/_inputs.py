@@ -27,7 +27,7 @@ class Gradients:
     cross between the two."""
 
     def __init__(self, tensors: Union[Mapping[str, Any], Iterable[tuple[str, Any]], Any]) -> None:
-        self._module = tensors if _is_module(tensors) else None
+        self._module: Any = tensors if _is_module(tensors) else None
         if self._module is None:
             items = tensors.items() if isinstance(tensors, Mapping) else tensors
             try:

@@ -72,7 +72,7 @@ def training_state(model: Any, optimizer: Any = None, step: Optional[int] = None
         for index, entries in state["state"].items():
             described: dict[str, Any] = {}
             for key, value in entries.items():
-                if torch.is_tensor(value):
+                if isinstance(value, torch.Tensor):
                     name = f"{index}.{key}"
                     tensors[name] = value.detach()
                     described[key] = {"__tensor__": name}
@@ -85,7 +85,7 @@ def training_state(model: Any, optimizer: Any = None, step: Optional[int] = None
             "param_groups": _encode(state["param_groups"], "param_groups")}).encode()
     if rng:
         generators: dict[str, Any] = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             for device, cuda_state in enumerate(torch.cuda.get_rng_state_all()):
                 generators[f"cuda.{device}"] = cuda_state
         rng_json: dict[str, Any] = {"python": _encode(random.getstate(), "random")}
@@ -158,7 +158,7 @@ def restore_training_state(checkpoint: Checkpoint, model: Any, optimizer: Any = 
 
 
 def _optimizer_state(checkpoint: Checkpoint, optimizer: Any) -> dict[str, Any]:
-    import torch
+    from torch.utils.dlpack import from_dlpack
 
     if "optimizer" not in checkpoint or "torch.optimizer" not in checkpoint.raw_sections:
         raise NotFound("The checkpoint has no optimizer state", "not_found")
@@ -179,7 +179,7 @@ def _optimizer_state(checkpoint: Checkpoint, optimizer: Any) -> dict[str, Any]:
             if isinstance(value, dict) and set(value) == {"__tensor__"}:
                 if value["__tensor__"] not in tensors:
                     raise NotFound(f"The optimizer group lacks {value['__tensor__']}", "not_found")
-                restored[key] = torch.from_dlpack(tensors[value["__tensor__"]]).clone()
+                restored[key] = from_dlpack(tensors[value["__tensor__"]]).clone()
             else:
                 restored[key] = _decode(value)
         state[int(index)] = restored
@@ -188,11 +188,12 @@ def _optimizer_state(checkpoint: Checkpoint, optimizer: Any) -> dict[str, Any]:
 
 def _generators(checkpoint: Checkpoint) -> Any:
     import torch
+    from torch.utils.dlpack import from_dlpack
 
     tensors = checkpoint["rng"]
     saved = checkpoint.section_json("python.rng") if "python.rng" in checkpoint.raw_sections else {}
-    torch_state = torch.from_dlpack(tensors["torch"]).clone() if "torch" in tensors else None
-    cuda_states = [torch.from_dlpack(tensors[k]).clone() for k in tensors.keys()
+    torch_state = from_dlpack(tensors["torch"]).clone() if "torch" in tensors else None
+    cuda_states = [from_dlpack(tensors[k]).clone() for k in tensors.keys()
                    if k.startswith("cuda.")]
     python_state = _decode(saved["python"]) if "python" in saved else None
     numpy_state = None

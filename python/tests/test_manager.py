@@ -236,7 +236,7 @@ def test_a_save_cancelled_before_it_is_staged_writes_nothing(tmp_path: pathlib.P
     with ruda.CheckpointManager(tmp_path) as mgr:
         cancelled = 0
         for step in range(1, 6):
-            futures = mgr.save(step, {"big": np.ones(64 << 20, dtype=np.uint8)})
+            futures = mgr.save(step, {"weights": {"big": np.ones(64 << 20, dtype=np.uint8)}})
             if futures.cancel():
                 cancelled += 1
                 with pytest.raises(ruda.Error) as raised:
