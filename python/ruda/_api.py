@@ -28,7 +28,7 @@ def snapshot(gradients: Union[Gradients, Mapping[str, Any], Any]) -> "Future[Rec
                          "snapshot's argument")
     if isinstance(pairs, Record):
         raise invalid_argument("A ruda.Record is a snapshot already")
-    return _ruda._snapshot(pairs)
+    return _ruda._snapshot(*pairs)
 
 
 def _load_options(groups: Optional[Iterable[str]], ids: Optional[Iterable[int]],
@@ -208,56 +208,54 @@ def import_safetensors(path: PathLike) -> "Future[Record]":
 
 
 def restore_tensors(targets: Mapping[str, Any], record: Record) -> None:
-    """Copies each of the record's tensors into the target of its name, in place: every target
-    checked first (a name the record lacks, dtype, shape), then every copy, GIL released."""
+    """Copies the record's tensor of each target's name into it, in place: every target checked
+    first (a name the record lacks is ``ruda.NotFound``; then dtype and shape), then every
+    copy, GIL released. Tensors of the record that no target names are left out."""
     if not isinstance(record, Record):
         raise invalid_argument(f"restore takes a ruda.Record, not a {type(record).__name__}")
-    pairs = []
-    for name, target in targets.items():
-        if name not in record:
-            from ._errors import NotFound
-
-            raise NotFound(f"The record has no tensor {name}", "not_found")
-        pairs.append((target, record[name]))
-    _ruda._copy_into(pairs)
+    _ruda._restore(list(targets.keys()), list(targets.values()), False, record, False, True,
+                   False)
 
 
 def restore_gradients(target: Any, record: Record) -> None:
     """Writes the record's gradients into ``target`` in place, with every check ``from_record``
-    makes (``record.validate()``) and, before anything changes, that each tensor is a
-    parameter's (``unknown_parameter``) of its dtype and shape. ``target``: a
-    ``torch.nn.Module`` (each parameter's ``.grad``: made where it is None, cleared where the
-    record has none) or a mapping ``{name: tensor}`` (each written in place)."""
+    makes (``record.validate()``) and, before anything changes, that each of its tensors is a
+    parameter's (``unknown_parameter``) of the same dtype and shape. ``target``: a
+    ``torch.nn.Module`` or a ``ruda.Gradients`` of one (each parameter's ``.grad``: made where
+    it is None, cleared where the record has none) or a mapping ``{name: tensor}`` (each
+    written in place)."""
+    if not isinstance(record, Record):
+        raise invalid_argument(f"restore takes a ruda.Record, not a {type(record).__name__}")
     record.validate()
-    if not _is_module(target):
-        if not isinstance(target, Mapping):
-            raise invalid_argument("restore_gradients takes a torch.nn.Module or a mapping")
-        missing = [key for key in record.keys() if key not in target]
-        if missing:
-            raise _unknown(missing[0])
-        restore_tensors({name: target[name] for name in record.keys()}, record)
+    if isinstance(target, Gradients) and target._module is not None:
+        names, params, _ = target.lists()
+    elif _is_module(target):
+        names, params, _ = Gradients(target).lists()
+    elif isinstance(target, Mapping):
+        _ruda._restore(list(target.keys()), list(target.values()), False, record, True, False,
+                       False)
         return
-    params = dict(target.named_parameters())
-    for key in record.keys():
-        if key not in params:
-            raise _unknown(key)
-    # Checked against the parameters themselves (detached: the dtype and shape of the grads).
-    _ruda._check_into([(params[name].detach(), record[name]) for name in record.keys()])
-    import torch
+    else:
+        raise invalid_argument("restore_gradients takes a torch.nn.Module, a ruda.Gradients "
+                               "of one, or a mapping {name: tensor}")
+    present = set(record.keys())
+    changes = [(p, name in present) for name, p in zip(names, params)
+               if (p.grad is None) == (name in present)]
+    if changes:
+        # Checked against the parameters themselves (the dtype and shape their gradients
+        # have) before any .grad is made or cleared.
+        _ruda._restore(names, params, False, record, True, False, True)
+        import torch
 
-    with torch.no_grad():
-        for name, p in params.items():
-            if name not in record:
-                p.grad = None
-            elif p.grad is None:
-                p.grad = torch.empty_like(p)
-    restore_tensors({name: params[name].grad for name in record.keys()}, record)
-
-
-def _unknown(name: str) -> Exception:
-    from ._errors import Error
-
-    return Error(f"Tensor {name} of the record is no parameter of the target", "unknown_parameter")
+        with torch.no_grad():
+            for p, wanted in changes:
+                p.grad = torch.empty_like(p) if wanted else None
+    in_record = [i for i, name in enumerate(names) if name in present]
+    if len(in_record) == len(names):
+        _ruda._restore(names, params, True, record, True, False, False)
+    else:
+        _ruda._restore([names[i] for i in in_record], [params[i] for i in in_record], True,
+                       record, True, False, False)
 
 
 def _sections(self: Checkpoint) -> dict[str, Any]:

@@ -21,17 +21,24 @@ def _is_module(value: object) -> bool:
 
 class Gradients:
     """A model's gradients by parameter name: from a mapping ``{name: tensor}``, pairs, or a
-    ``torch.nn.Module`` (each parameter's ``.grad`` at the time of each snapshot, those that
-    are None left out). Any tensor with ``__dlpack__`` on the host: torch, NumPy, JAX, CuPy.
-    Ids are ``ruda.param_id(name)``, as the C++ ``from_module`` derives them, so checkpoints
-    cross between the two."""
+    ``torch.nn.Module`` (its parameters as they are now, each one's ``.grad`` as it is at each
+    snapshot, those that are None left out). Any tensor with ``__dlpack__`` on the host: torch,
+    NumPy, JAX, CuPy. Ids are ``ruda.param_id(name)``, as the C++ ``from_module`` derives
+    them, so checkpoints cross between the two."""
 
     def __init__(self, tensors: Union[Mapping[str, Any], Iterable[tuple[str, Any]], Any]) -> None:
         self._module: Any = tensors if _is_module(tensors) else None
-        if self._module is None:
+        if self._module is not None:
+            # Listed once: named_parameters() costs microseconds per parameter.
+            self.parameters: list[tuple[str, Any]] = list(self._module.named_parameters())
+            self._names = [name for name, _ in self.parameters]
+            self._tensors = [p for _, p in self.parameters]
+        else:
             items = tensors.items() if isinstance(tensors, Mapping) else tensors
             try:
-                self._pairs = [(str(name), tensor) for name, tensor in items]
+                pairs = [(str(name), tensor) for name, tensor in items]
+                self._names = [name for name, _ in pairs]
+                self._tensors = [tensor for _, tensor in pairs]
             except (TypeError, ValueError):
                 raise invalid_argument(
                     "Gradients takes a mapping {name: tensor}, (name, tensor) pairs or a "
@@ -47,9 +54,12 @@ class Gradients:
     def items(self) -> list[tuple[str, Any]]:
         """The ``(name, tensor)`` pairs a snapshot takes now."""
         if self._module is not None:
-            return [(name, p.grad) for name, p in self._module.named_parameters()
-                    if p.grad is not None]
-        return list(self._pairs)
+            return [(name, grad) for name, p in self.parameters if (grad := p.grad) is not None]
+        return list(zip(self._names, self._tensors))
+
+    def lists(self) -> "TensorLists":
+        """What the C++ core borrows: names, tensors (parameters: their .grad is read there)."""
+        return (self._names, self._tensors, self._module is not None)
 
     def __len__(self) -> int:
         return len(self.items())
@@ -64,16 +74,21 @@ class TrainingState:
         self.sections = dict(sections)
 
 
-def tensor_pairs(value: Any, what: str) -> Union[Record, list[tuple[str, Any]]]:
-    """A group's tensors: a record as it is, anything else as ``(name, tensor)`` pairs."""
+#: Names, tensors, and whether the tensors are parameters whose ``.grad`` is to be read.
+TensorLists = tuple[list[str], list[Any], bool]
+
+
+def tensor_pairs(value: Any, what: str) -> Union[Record, TensorLists]:
+    """A group's tensors: a record as it is, anything else as lists (``TensorLists``)."""
     if isinstance(value, Record):
         return value
     if isinstance(value, Gradients):
-        return value.items()
+        return value.lists()
     if _is_module(value):
-        return [(name, t) for name, t in value.state_dict().items()]
+        state = value.state_dict()
+        return ([str(name) for name in state], list(state.values()), False)
     if isinstance(value, Mapping):
-        return [(str(name), t) for name, t in value.items()]
+        return ([str(name) for name in value.keys()], list(value.values()), False)
     raise invalid_argument(
         f"{what} must be a ruda.Gradients, a ruda.Record, a mapping {{name: tensor}} or a "
         f"torch.nn.Module, not a {type(value).__name__}")

@@ -120,33 +120,28 @@ def restore_training_state(checkpoint: Checkpoint, model: Any, optimizer: Any = 
     meta = checkpoint.section_json("python.training") if "python.training" in checkpoint.raw_sections else {}
     bools = set(meta.get("bool_weights", []))
     state = model.state_dict()
-    for name in state:
-        if name not in weights:
-            raise NotFound(f"The checkpoint's weights lack {name}", "not_found")
-    for name in weights.keys():
-        if name not in state:
-            raise Error(f"Tensor {name} of the weights is no entry of the model's state_dict",
-                        "unknown_parameter")
-    targets = {n: (t.view(torch.uint8) if n in bools else t) for n, t in state.items()}
-    _ruda._check_into([(targets[n], weights[n]) for n in targets])
-    params = dict(model.named_parameters())
+    names = list(state.keys())
+    targets = [(t.view(torch.uint8) if n in bools else t) for n, t in state.items()]
+    _ruda._restore(names, targets, False, weights, True, True, True)
+    named = list(model.named_parameters())
+    param_names = [n for n, _ in named]
+    params = [p for _, p in named]
     grads = checkpoint["gradients"] if "gradients" in checkpoint else None
     if grads is not None:
         grads.validate()
-        for name in grads.keys():
-            if name not in params:
-                raise Error(f"Tensor {name} of the gradients is no parameter of the model",
-                            "unknown_parameter")
-        _ruda._check_into([(params[n].detach(), grads[n]) for n in grads.keys()])
+        _ruda._restore(param_names, params, False, grads, True, False, True)
     optimizer_state = _optimizer_state(checkpoint, optimizer) if optimizer is not None else None
     generators = _generators(checkpoint) if rng and "rng" in checkpoint else None
 
-    _ruda._copy_into([(targets[n], weights[n]) for n in targets])
+    _ruda._restore(names, targets, False, weights, True, True, False)
     if grads is not None:
+        present = set(grads.keys())
         with torch.no_grad():
-            for name, p in params.items():
-                p.grad = torch.empty_like(p) if name in grads else None
-        _ruda._copy_into([(params[n].grad, grads[n]) for n in grads.keys()])
+            for name, p in named:
+                p.grad = torch.empty_like(p) if name in present else None
+        kept = [i for i, name in enumerate(param_names) if name in present]
+        _ruda._restore([param_names[i] for i in kept], [params[i] for i in kept], True, grads,
+                       True, False, False)
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
     if generators is not None:

@@ -1,8 +1,12 @@
 #include "dlpack_import.hpp"
 
+#include "runtime.hpp"
+
 #include <dlpack/dlpack.h>
 
+#include <algorithm>
 #include <string_view>
+#include <vector>
 #include <utility>
 
 namespace py = pybind11;
@@ -35,6 +39,145 @@ std::string device_name(int type)
     }
 }
 
+// NumPy arrays live on the host: no device to ask about (a call saved per tensor).
+bool host_producer(py::handle tensor)
+{
+    static PyTypeObject* const ndarray = [] {
+        try {
+            return reinterpret_cast<PyTypeObject*>(
+                py::object(py::module_::import("numpy").attr("ndarray")).release().ptr());
+        } catch (py::error_already_set&) {
+            return static_cast<PyTypeObject*>(nullptr);
+        }
+    }();
+    return ndarray != nullptr && Py_TYPE(tensor.ptr()) == ndarray;
+}
+
+// What the direct reading of torch tensors needs from torch, found once torch is imported
+// (never imported here: a program without torch pays nothing).
+struct torch_types {
+    PyObject* tensor = nullptr;
+    PyObject* parameter = nullptr;
+    PyObject* strided = nullptr;
+    std::vector<std::pair<PyObject*, dtype>> dtypes;
+};
+
+const torch_types* torch_if_imported()
+{
+    static torch_types* found = nullptr;
+    if (found != nullptr) {
+        return found;
+    }
+    PyObject* torch = PyDict_GetItemString(PySys_GetObject("modules"), "torch");
+    if (torch == nullptr) {
+        return nullptr;
+    }
+    try {
+        const auto module = py::reinterpret_borrow<py::module_>(torch);
+        auto* types = new torch_types; // for the process's life, like torch's own objects
+        types->tensor = py::object(module.attr("Tensor")).release().ptr();
+        types->parameter = py::object(module.attr("nn").attr("Parameter")).release().ptr();
+        types->strided = py::object(module.attr("strided")).release().ptr();
+        const std::pair<const char*, dtype> names[] = {
+            {"float64", dtype::f64()}, {"float32", dtype::f32()}, {"float16", dtype::f16()},
+            {"bfloat16", dtype::bf16()}, {"int64", dtype::i64()}, {"int32", dtype::i32()},
+            {"int16", dtype::i16()},     {"int8", dtype::i8()},   {"uint8", dtype::u8()},
+            {"bool", dtype::boolean()}};
+        for (const auto& [name, type] : names) {
+            types->dtypes.emplace_back(py::object(module.attr(name)).release().ptr(), type);
+        }
+        found = types;
+    } catch (py::error_already_set&) {
+        return nullptr;
+    }
+    return found;
+}
+
+bool attribute_true(py::handle object, const char* name)
+{
+    return py::reinterpret_steal<py::object>(PyObject_GetAttrString(object.ptr(), name))
+               .ptr() == Py_True;
+}
+
+std::optional<error> refuse_device(py::handle tensor, const std::string& name);
+
+// An exact torch.Tensor read through its attributes, with the checks DLPack's path makes.
+result<host_view> borrow_torch_tensor(py::handle tensor, std::string name,
+                                      const torch_types& torch)
+{
+    if (!attribute_true(tensor, "is_cpu")) {
+        if (auto refused = refuse_device(tensor, name)) {
+            return *refused;
+        }
+        return refusal(errc::unsupported_device, name,
+                       "it is on " + py::str(tensor.attr("device")).cast<std::string>() +
+                           "; ruda's Python module reads host tensors: copy it to the CPU "
+                           "first");
+    }
+    if (tensor.attr("layout").ptr() != torch.strided) {
+        return refusal(errc::invalid_tensor, name,
+                       "it is " + py::str(tensor.attr("layout")).cast<std::string>() +
+                           ", not a dense (strided) tensor");
+    }
+    const PyObject* type_object = tensor.attr("dtype").ptr();
+    const auto known = std::find_if(torch.dtypes.begin(), torch.dtypes.end(),
+                                    [&](const auto& d) { return d.first == type_object; });
+    if (known == torch.dtypes.end()) {
+        return refusal(errc::invalid_dtype, name,
+                       py::str(tensor.attr("dtype")).cast<std::string>() +
+                           " is no dtype ruda has (f64, f32, f16, bf16, integers, bool)");
+    }
+    if (tensor.attr("is_contiguous")().ptr() != Py_True) {
+        return refusal(errc::invalid_tensor, name,
+                       "it is not contiguous (strides do not lay it out row-major without "
+                       "gaps); pass a contiguous copy (.contiguous(), numpy.ascontiguousarray)");
+    }
+    host_view view;
+    // dim() and size(d), not shape: torch builds a torch.Size for that, a microsecond each.
+    const auto rank = tensor.attr("dim")().cast<std::size_t>();
+    const py::object size = tensor.attr("size");
+    view.dims.reserve(rank);
+    for (std::size_t d = 0; d < rank; ++d) {
+        view.dims.push_back(size(d).cast<std::size_t>());
+    }
+    auto count = checked_num_elements(view.dims);
+    if (!count || count.value() > SIZE_MAX / known->second.size()) {
+        return refusal(errc::shape_overflow, name, "its shape overflows");
+    }
+    view.name = std::move(name);
+    view.id = param_id::from_name(view.name);
+    view.type = known->second;
+    view.bytes = count.value() * known->second.size();
+    view.data = reinterpret_cast<std::uint8_t*>(  // NOLINT: torch hands an address as an int
+        tensor.attr("data_ptr")().cast<std::uintptr_t>());
+    view.tensor = python_reference{tensor};
+    return view;
+}
+
+// Refuses a tensor whose `__dlpack_device__` names a device that is not the host.
+std::optional<error> refuse_device(py::handle tensor, const std::string& name)
+{
+    if (!py::hasattr(tensor, "__dlpack_device__")) {
+        return std::nullopt;
+    }
+    py::tuple device;
+    try {
+        device = tensor.attr("__dlpack_device__")();
+    } catch (py::error_already_set& e) {
+        return refusal(errc::unsupported_device, name,
+                       "its __dlpack_device__ refused: " + std::string{e.what()});
+    }
+    const int type = device[0].cast<int>();
+    if (type == kDLCPU || type == kDLCUDAHost) {
+        return std::nullopt;
+    }
+    return refusal(errc::unsupported_device, name,
+                   "it is on " + device_name(type) + " device " +
+                       py::str(device[1]).cast<std::string>() +
+                       "; ruda's Python module reads host tensors (CPU or pinned memory): "
+                       "copy it to the CPU first");
+}
+
 // Row-major and gap-free, dimensions of extent 1 ignored: what a plain copy of the bytes reads.
 bool compact(const DLTensor& t)
 {
@@ -51,68 +194,8 @@ bool compact(const DLTensor& t)
     return true;
 }
 
-} // namespace
-
-std::optional<dtype> dtype_of_dlpack(std::uint8_t code, std::uint8_t bits, std::uint16_t lanes)
+result<host_view> from_capsule(const py::object& capsule, std::string name)
 {
-    if (lanes != 1) {
-        return std::nullopt;
-    }
-    switch (code) {
-    case kDLFloat:
-        if (bits == 64) return dtype::f64();
-        if (bits == 32) return dtype::f32();
-        if (bits == 16) return dtype::f16();
-        break;
-    case kDLBfloat:
-        if (bits == 16) return dtype::bf16();
-        break;
-    case kDLInt:
-        if (bits == 64) return dtype::i64();
-        if (bits == 32) return dtype::i32();
-        if (bits == 16) return dtype::i16();
-        if (bits == 8) return dtype::i8();
-        break;
-    case kDLUInt:
-        if (bits == 64) return dtype::u64();
-        if (bits == 32) return dtype::u32();
-        if (bits == 16) return dtype::u16();
-        if (bits == 8) return dtype::u8();
-        break;
-    case dlpack_bool:
-        if (bits == 8) return dtype::boolean();
-        break;
-    default: break;
-    }
-    return std::nullopt;
-}
-
-result<host_view> borrow_host_tensor(py::handle tensor, std::string name)
-{
-    if (!py::hasattr(tensor, "__dlpack__")) {
-        return refusal(errc::invalid_tensor, name,
-                       "a " + type_name(tensor) +
-                           " has no __dlpack__; pass a torch tensor, a NumPy array or another "
-                           "DLPack tensor");
-    }
-    if (py::hasattr(tensor, "__dlpack_device__")) {
-        const py::tuple device = tensor.attr("__dlpack_device__")();
-        const int type = device[0].cast<int>();
-        if (type != kDLCPU && type != kDLCUDAHost) {
-            return refusal(errc::unsupported_device, name,
-                           "it is on " + device_name(type) + " device " +
-                               py::str(device[1]).cast<std::string>() +
-                               "; ruda's Python module reads host tensors (CPU or pinned "
-                               "memory): copy it to the CPU first");
-        }
-    }
-    py::object capsule;
-    try {
-        capsule = tensor.attr("__dlpack__")();
-    } catch (py::error_already_set& e) {
-        return refusal(errc::invalid_tensor, name, "its __dlpack__ refused: " +
-                                                       std::string{e.what()});
-    }
     if (PyCapsule_IsValid(capsule.ptr(), "dltensor") == 0) {
         return refusal(errc::invalid_tensor, name,
                        "its __dlpack__ gave no unused DLPack capsule");
@@ -121,12 +204,7 @@ result<host_view> borrow_host_tensor(py::handle tensor, std::string name)
         static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
     // Consumed: from now on this view, not the capsule, calls the producer's deleter.
     PyCapsule_SetName(capsule.ptr(), "used_dltensor");
-    std::shared_ptr<void> owner{managed, [](void* p) {
-                                    auto* m = static_cast<DLManagedTensor*>(p);
-                                    if (m->deleter != nullptr) {
-                                        m->deleter(m);
-                                    }
-                                }};
+    std::unique_ptr<DLManagedTensor, dlpack_release> owner{managed};
     const DLTensor& t = managed->dl_tensor;
     if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost) {
         return refusal(errc::unsupported_device, name,
@@ -172,6 +250,98 @@ result<host_view> borrow_host_tensor(py::handle tensor, std::string name)
     view.data = static_cast<std::uint8_t*>(t.data) + t.byte_offset;
     view.owner = std::move(owner);
     return view;
+}
+
+} // namespace
+
+void dlpack_release::operator()(DLManagedTensor* managed) const noexcept
+{
+    if (managed->deleter != nullptr) {
+        managed->deleter(managed);
+    }
+}
+
+void release_all(std::vector<host_view>& views)
+{
+    const bool held = with_gil([&views] {
+        for (host_view& view : views) {
+            view.owner.reset();
+            view.tensor.reset();
+        }
+    });
+    if (!held) {
+        for (host_view& view : views) {
+            view.owner.release(); // Python is exiting: its deleters must not run now
+            view.tensor = python_reference{}; // leaked likewise (no GIL: not dropped)
+        }
+    }
+}
+
+std::optional<dtype> dtype_of_dlpack(std::uint8_t code, std::uint8_t bits, std::uint16_t lanes)
+{
+    if (lanes != 1) {
+        return std::nullopt;
+    }
+    switch (code) {
+    case kDLFloat:
+        if (bits == 64) return dtype::f64();
+        if (bits == 32) return dtype::f32();
+        if (bits == 16) return dtype::f16();
+        break;
+    case kDLBfloat:
+        if (bits == 16) return dtype::bf16();
+        break;
+    case kDLInt:
+        if (bits == 64) return dtype::i64();
+        if (bits == 32) return dtype::i32();
+        if (bits == 16) return dtype::i16();
+        if (bits == 8) return dtype::i8();
+        break;
+    case kDLUInt:
+        if (bits == 64) return dtype::u64();
+        if (bits == 32) return dtype::u32();
+        if (bits == 16) return dtype::u16();
+        if (bits == 8) return dtype::u8();
+        break;
+    case dlpack_bool:
+        if (bits == 8) return dtype::boolean();
+        break;
+    default: break;
+    }
+    return std::nullopt;
+}
+
+result<host_view> borrow_host_tensor(py::handle tensor, std::string name)
+{
+    if (const torch_types* torch = torch_if_imported()) {
+        const auto* type = reinterpret_cast<PyObject*>(Py_TYPE(tensor.ptr()));
+        if (type == torch->tensor || type == torch->parameter) {
+            return borrow_torch_tensor(tensor, std::move(name), *torch);
+        }
+    }
+    py::object capsule;
+    auto exporter = py::reinterpret_steal<py::object>(PyObject_GetAttrString(tensor.ptr(),
+                                                                             "__dlpack__"));
+    if (!exporter) {
+        PyErr_Clear();
+        return refusal(errc::invalid_tensor, name,
+                       "a " + type_name(tensor) +
+                           " has no __dlpack__; pass a torch tensor, a NumPy array or another "
+                           "DLPack tensor");
+    }
+    // A producer on a device is asked first, so that it exports nothing unsynchronized.
+    if (!host_producer(tensor)) {
+        if (auto refused = refuse_device(tensor, name)) {
+            return *refused;
+        }
+    }
+    try {
+        capsule = exporter();
+    } catch (py::error_already_set& e) {
+        return refusal(errc::invalid_tensor, name, "its __dlpack__ refused: " +
+                                                       std::string{e.what()});
+    }
+    return from_capsule(capsule, std::move(name));
 }
 
 } // namespace ruda::python

@@ -9,15 +9,56 @@
 
 #include <pybind11/pybind11.h>
 
+#include <utility>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+struct DLManagedTensor;
 
 namespace ruda::python {
 
-/// A producer's host tensor, borrowed: its memory stays valid while `owner` lives (the
-/// producer's deleter runs when it goes, on any thread).
+/// Calls a DLPack producer's deleter: what releases its tensor.
+struct dlpack_release {
+    void operator()(DLManagedTensor* managed) const noexcept;
+};
+
+/// A reference to a Python object, dropped only under the GIL (`release_all`): one that is
+/// still held when it dies without the GIL is leaked, never touched.
+class python_reference {
+public:
+    python_reference() = default;
+    explicit python_reference(pybind11::handle object) : object_(object.inc_ref().ptr()) {}
+    python_reference(python_reference&& other) noexcept : object_(other.object_)
+    {
+        other.object_ = nullptr;
+    }
+    python_reference& operator=(python_reference&& other) noexcept
+    {
+        std::swap(object_, other.object_);
+        return *this;
+    }
+    ~python_reference() { reset(); }
+    /// Drops the reference: call it with the GIL held.
+    void reset() noexcept
+    {
+        if (object_ != nullptr && PyGILState_Check() != 0) {
+            Py_DECREF(object_);
+        }
+        object_ = nullptr;
+    }
+
+private:
+    PyObject* object_ = nullptr;
+};
+
+/// A producer's host tensor, borrowed: its memory stays valid while its owner lives, the
+/// DLPack tensor (the producer's deleter runs when it goes: NumPy's takes the GIL) or, for a
+/// torch tensor read directly, the tensor itself. Release many under one GIL hold,
+/// `release_all`.
 struct host_view {
     std::string name;
     param_id id{0};
@@ -25,12 +66,20 @@ struct host_view {
     ruda::shape dims;
     std::uint8_t* data = nullptr;
     std::size_t bytes = 0;
-    std::shared_ptr<void> owner;
+    std::unique_ptr<DLManagedTensor, dlpack_release> owner;
+    python_reference tensor;
 };
 
+/// Releases every view's producer tensor, under one GIL hold when the interpreter lives (each
+/// NumPy deleter takes the GIL, a cost per tensor without it), else one by one.
+void release_all(std::vector<host_view>& views);
+
 /// Borrows `tensor`, GIL held, through its `__dlpack__`: host memory (kDLCPU, kDLCUDAHost),
-/// compact row-major, a dtype ruda has. Refusals name the tensor: `errc::invalid_tensor` (no
-/// DLPack, the producer refused, not contiguous), `errc::unsupported_device`,
+/// compact row-major, a dtype ruda has. A `torch.Tensor` itself (not a subclass) is read
+/// through its own attributes instead (`data_ptr()`, `dtype`, `shape`): the same checks, a
+/// quarter of the cost, and a parameter (which requires grad, and so which torch's
+/// `__dlpack__` refuses) is taken too. Refusals name the tensor: `errc::invalid_tensor` (no
+/// DLPack, the producer refused, not contiguous, sparse), `errc::unsupported_device`,
 /// `errc::invalid_dtype`.
 [[nodiscard]] result<host_view> borrow_host_tensor(pybind11::handle tensor, std::string name);
 

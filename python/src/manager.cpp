@@ -134,10 +134,10 @@ public:
         auto staged = std::make_shared<future_state>();
         auto durable = std::make_shared<future_state>(false);
         auto in_flight = std::make_shared<save_in_flight>(saves_);
-        post([manager, step, inputs = std::move(inputs), staged, durable, progress = progress_,
+        post([manager, step, inputs = std::make_shared<save_inputs>(std::move(inputs)), staged, durable, progress = progress_,
               in_flight]() mutable {
             auto contents =
-                assemble(std::move(inputs), [&staged] { return staged->cancel_requested(); });
+                assemble(std::move(*inputs), [&staged] { return staged->cancel_requested(); });
             if (!contents) {
                 staged->fail(contents.error());
                 durable->fail(std::move(contents).error());

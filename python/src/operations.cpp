@@ -34,12 +34,12 @@ py::object present_record(gradients_params_record record)
         record_handle{std::make_shared<const gradients_params_record>(std::move(record))});
 }
 
-std::shared_ptr<future_state> snapshot(py::handle pairs)
+std::shared_ptr<future_state> snapshot(py::handle names, py::handle tensors, bool grads)
 {
-    auto views = value_or_raise(borrow_all(pairs));
+    auto views = value_or_raise(borrow_all(names, tensors, grads));
     return start_job(
-        [views = std::move(views)](future_state& state) mutable {
-            return copy_views(std::move(views), [&state] { return state.cancel_requested(); });
+        [views = std::make_shared<std::vector<host_view>>(std::move(views))](future_state& state) {
+            return copy_views(std::move(*views), [&state] { return state.cancel_requested(); });
         },
         [](const gradients_params_record& record) { return present_record(record); });
 }
@@ -51,9 +51,9 @@ py::tuple save_file(const std::filesystem::path& path, py::handle groups, py::ha
     auto callback = share_callback(std::move(progress));
     auto staged = std::make_shared<future_state>();
     auto durable = std::make_shared<future_state>(false);
-    post([path, inputs = std::move(inputs), writers, callback, staged, durable]() mutable {
+    post([path, inputs = std::make_shared<save_inputs>(std::move(inputs)), writers, callback, staged, durable]() mutable {
         auto contents =
-            assemble(std::move(inputs), [&staged] { return staged->cancel_requested(); });
+            assemble(std::move(*inputs), [&staged] { return staged->cancel_requested(); });
         if (!contents || !staged->claim()) {
             const error why = contents ? error{errc::cancelled, "The save was cancelled"}
                                        : contents.error();
@@ -126,15 +126,57 @@ struct copy_plan {
     tensor_data source;
 };
 
-// Each `(target, record tensor)` pair checked: the target's dtype and shape are the tensor's.
-std::vector<copy_plan> plan_copies(py::handle pairs)
+// How `restore` pairs a record with its targets.
+struct pairing {
+    bool every_entry = true;  // each entry must have a target (else unknown_parameter)
+    bool every_target = true; // each target must have an entry (else not_found)
+};
+
+// The record's entries paired with `(name, tensor)` targets by name, each checked: the
+// target's dtype is the entry's original dtype and its shape the entry's.
+std::vector<copy_plan> plan_copies(py::handle names, py::handle tensors, bool grads,
+                                   const record_handle& record, pairing rules)
 {
+    const auto& keys = record.keys();
+    const auto& entries = record.record->entries();
+    // Names first, so that a wrong model is named as such before any tensor is looked at.
+    std::vector<char> matched(entries.size(), 0);
+    std::vector<std::pair<py::object, std::size_t>> pairs;
+    const auto name_list = py::reinterpret_borrow<py::list>(names);
+    const auto tensor_list = py::reinterpret_borrow<py::list>(tensors);
+    if (name_list.size() != tensor_list.size()) {
+        throw py::value_error("as many names as tensors");
+    }
+    for (std::size_t i = 0; i < name_list.size(); ++i) {
+        const auto name = name_list[i].cast<std::string>();
+        const auto at = keys.find(name);
+        if (at == keys.end()) {
+            if (rules.every_target) {
+                throw_error(error{errc::not_found, "The record has no tensor " + name});
+            }
+            continue;
+        }
+        matched[at->second] = 1;
+        py::object target = tensor_list[i];
+        if (grads) {
+            target = target.attr("grad");
+        }
+        pairs.emplace_back(std::move(target), at->second);
+    }
+    if (rules.every_entry) {
+        for (std::size_t i = 0; i < entries.size(); ++i) {
+            if (matched[i] == 0) {
+                throw_error(error{errc::unknown_parameter,
+                                  "Tensor " + key_of(entries[i]) +
+                                      " of the record has no target of its name"});
+            }
+        }
+    }
     std::vector<copy_plan> plans;
-    for (py::handle item : pairs) {
-        const auto pair = py::reinterpret_borrow<py::tuple>(item);
-        const auto& source = pair[1].cast<const tensor_handle&>();
-        const gradient_entry& entry = source.entry();
-        auto target = value_or_raise(borrow_host_tensor(pair[0], key_of(entry)));
+    plans.reserve(pairs.size());
+    for (const auto& [tensor, index] : pairs) {
+        const gradient_entry& entry = entries[index];
+        auto target = value_or_raise(borrow_host_tensor(tensor, key_of(entry)));
         if (!(target.type == entry.dtype)) {
             throw_error(error{errc::invalid_dtype, "Tensor " + target.name + ": the target is " +
                                                        to_string(target.type) +
@@ -155,9 +197,15 @@ std::vector<copy_plan> plan_copies(py::handle pairs)
 
 // Every check first, then every copy, GIL released: the targets change all or not at all
 // (unless a conversion fails, which the checks make impossible for the dtypes ruda restores).
-void copy_into(py::handle pairs)
+void restore(py::handle names, py::handle tensors, bool grads, const record_handle& record,
+             bool every_entry, bool every_target, bool check_only)
 {
-    std::vector<copy_plan> plans = plan_copies(pairs);
+    std::vector<copy_plan> plans =
+        plan_copies(names, tensors, grads, record, {every_entry, every_target});
+    std::vector<host_view> borrowed;
+    if (check_only) {
+        return;
+    }
     std::optional<error> failure;
     {
         const py::gil_scoped_release release;
@@ -181,8 +229,12 @@ void copy_into(py::handle pairs)
                 std::memcpy(plan.target.data, bytes.data(), bytes.size());
             }
         }
-        plans.clear(); // the producers' deleters, GIL released (NumPy's takes it itself)
     }
+    borrowed.reserve(plans.size());
+    for (copy_plan& plan : plans) {
+        borrowed.push_back(std::move(plan.target));
+    }
+    release_all(borrowed); // GIL held: the producers' tensors dropped at once
     if (failure) {
         throw_error(*failure);
     }
@@ -192,15 +244,15 @@ void copy_into(py::handle pairs)
 
 void bind_operations(py::module_& m)
 {
-    m.def("_snapshot", &snapshot, py::arg("pairs"));
+    m.def("_snapshot", &snapshot, py::arg("names"), py::arg("tensors"), py::arg("grads"));
     m.def("_save_file", &save_file, py::arg("path"), py::arg("groups"), py::arg("sections"),
           py::arg("writers"), py::arg("progress"));
     m.def("_load_file", &load_file, py::arg("path"), py::arg("options"), py::arg("progress"));
     m.def("_export_safetensors", &export_safetensors_file, py::arg("path"), py::arg("record"));
     m.def("_import_safetensors", &import_safetensors_file, py::arg("path"));
-    m.def("_copy_into", &copy_into, py::arg("pairs"));
-    m.def(
-        "_check_into", [](py::handle pairs) { (void)plan_copies(pairs); }, py::arg("pairs"));
+    m.def("_restore", &restore, py::arg("names"), py::arg("tensors"), py::arg("grads"),
+          py::arg("record"), py::arg("every_entry"), py::arg("every_target"),
+          py::arg("check_only"));
 }
 
 } // namespace ruda::python

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <optional>
 #include <utility>
 
@@ -26,36 +25,69 @@ std::string key_of(const gradient_entry& entry)
 record_handle::record_handle(std::shared_ptr<const gradients_params_record> shared)
     : record(std::move(shared))
 {
-    auto keys = std::make_shared<std::unordered_map<std::string, std::size_t>>();
-    const auto& entries = record->entries();
-    keys->reserve(entries.size());
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-        keys->emplace(key_of(entries[i]), i);
-    }
-    by_key = std::move(keys);
 }
 
-result<std::vector<host_view>> borrow_all(py::handle pairs)
+const std::unordered_map<std::string, std::size_t>& record_handle::keys() const
 {
+    // Built at the first lookup by name, GIL held: a record only saved never needs it.
+    if (!by_key) {
+        auto keys = std::make_shared<std::unordered_map<std::string, std::size_t>>();
+        const auto& entries = record->entries();
+        keys->reserve(entries.size());
+        for (std::size_t i = 0; i < entries.size(); ++i) {
+            keys->emplace(key_of(entries[i]), i);
+        }
+        by_key = std::move(keys);
+    }
+    return *by_key;
+}
+
+result<std::vector<host_view>> borrow_all(py::handle names, py::handle tensors, bool grads)
+{
+    const auto name_list = py::reinterpret_borrow<py::list>(names);
+    const auto tensor_list = py::reinterpret_borrow<py::list>(tensors);
+    if (name_list.size() != tensor_list.size()) {
+        throw py::value_error("as many names as tensors");
+    }
     std::vector<host_view> views;
-    std::map<param_id, std::size_t> seen;
-    for (py::handle pair : pairs) {
-        const auto item = py::reinterpret_borrow<py::tuple>(pair);
-        auto name = item[0].cast<std::string>();
-        if (name.empty()) {
+    views.reserve(name_list.size());
+    for (std::size_t i = 0; i < name_list.size(); ++i) {
+        py::handle tensor = tensor_list[i];
+        py::object grad;
+        if (grads) {
+            // A parameter's .grad, read here: no Python list, no tuple, no garbage
+            // collection pass per snapshot of a model of many tensors.
+            grad = tensor.attr("grad");
+            if (grad.is_none()) {
+                continue;
+            }
+            tensor = grad;
+        }
+        Py_ssize_t size = 0;
+        const char* utf8 = PyUnicode_AsUTF8AndSize(name_list[i].ptr(), &size);
+        if (utf8 == nullptr) {
+            throw py::error_already_set();
+        }
+        if (size == 0) {
             return error{errc::malformed_record, "A tensor has an empty name"};
         }
-        BOOST_OUTCOME_TRY(auto view, borrow_host_tensor(item[1], std::move(name)));
-        const auto [at, added] = seen.try_emplace(view.id, views.size());
-        if (!added) {
-            const std::string& first = views[at->second].name;
-            return error{errc::duplicate_param_id,
-                         first == view.name
-                             ? "Tensor " + view.name + " is given twice"
-                             : "Tensors " + first + " and " + view.name + " have one id, " +
-                                   to_string(view.id) + "; rename one"};
-        }
+        BOOST_OUTCOME_TRY(auto view,
+                          borrow_host_tensor(tensor, std::string{utf8, static_cast<std::size_t>(size)}));
         views.push_back(std::move(view));
+    }
+    // In id order, which the record keeps; two of one id are refused before any copy.
+    std::sort(views.begin(), views.end(),
+              [](const host_view& a, const host_view& b) { return a.id < b.id; });
+    for (std::size_t i = 1; i < views.size(); ++i) {
+        if (views[i].id == views[i - 1].id) {
+            const std::string& first = views[i - 1].name;
+            const std::string& second = views[i].name;
+            return error{errc::duplicate_param_id,
+                         first == second ? "Tensor " + first + " is given twice"
+                                         : "Tensors " + first + " and " + second +
+                                               " have one id, " + to_string(views[i].id) +
+                                               "; rename one"};
+        }
     }
     return views;
 }
@@ -63,28 +95,64 @@ result<std::vector<host_view>> borrow_all(py::handle pairs)
 result<gradients_params_record> copy_views(std::vector<host_view> views,
                                            const std::function<bool()>& stop)
 {
+    // Small tensors share one allocation (a slice each), large ones have their own: a
+    // model of 100,000 small tensors costs one allocation, not 100,000.
     constexpr std::size_t piece = std::size_t{4} << 20U;
-    std::sort(views.begin(), views.end(),
-              [](const host_view& a, const host_view& b) { return a.id < b.id; });
+    constexpr std::size_t small = std::size_t{64} << 10U;
+    constexpr std::size_t align = 64;
+    std::size_t slab_bytes = 0;
+    for (const host_view& view : views) {
+        if (view.bytes < small) {
+            slab_bytes += (view.bytes + align - 1) / align * align;
+        }
+    }
+    BOOST_OUTCOME_TRY(auto slab, storage::try_allocate(slab_bytes));
+    std::uint8_t* slab_at = slab_bytes == 0 ? nullptr : slab.writable_data();
+    std::size_t slab_used = 0;
     std::vector<gradient_entry> entries;
     entries.reserve(views.size());
+    std::size_t since_asked = 0;
     for (host_view& view : views) {
-        BOOST_OUTCOME_TRY(auto bytes, storage::try_allocate(view.bytes));
-        std::uint8_t* to = bytes.writable_data();
-        for (std::size_t at = 0; at < view.bytes; at += piece) {
-            if (stop()) {
-                return error{errc::cancelled, "The snapshot was cancelled"};
+        storage bytes;
+        if (view.bytes < small) {
+            since_asked += view.bytes;
+            if (since_asked >= piece) {
+                since_asked = 0;
+                if (stop()) {
+                    release_all(views);
+                    return error{errc::cancelled, "The snapshot was cancelled"};
+                }
             }
-            std::memcpy(to + at, view.data + at, std::min(piece, view.bytes - at));
+            if (view.bytes != 0) {
+                std::memcpy(slab_at + slab_used, view.data, view.bytes);
+            }
+            bytes = slab.slice(slab_used, view.bytes);
+            slab_used += (view.bytes + align - 1) / align * align;
+        } else {
+            auto own = storage::try_allocate(view.bytes);
+            if (!own) {
+                release_all(views);
+                return std::move(own).error();
+            }
+            std::uint8_t* to = own.value().writable_data();
+            for (std::size_t at = 0; at < view.bytes; at += piece) {
+                if (stop()) {
+                    release_all(views);
+                    return error{errc::cancelled, "The snapshot was cancelled"};
+                }
+                std::memcpy(to + at, view.data + at, std::min(piece, view.bytes - at));
+            }
+            bytes = std::move(own).value();
         }
-        if (view.bytes == 0 && stop()) {
-            return error{errc::cancelled, "The snapshot was cancelled"};
-        }
-        view.owner.reset();
         entries.push_back({view.id, view.type,
                            tensor_data{std::move(bytes), std::move(view.dims), view.type},
                            std::move(view.name)});
     }
+    if (stop()) {
+        release_all(views);
+        return error{errc::cancelled, "The snapshot was cancelled"};
+    }
+    release_all(views);
     return gradients_params_record{std::move(entries)};
 }
 
@@ -108,8 +176,9 @@ std::optional<std::size_t> index_of(const record_handle& r, py::handle key, std:
         throw py::type_error("A record is indexed by a tensor's name (str) or id (int)");
     }
     text = key.cast<std::string>();
-    const auto at = r.by_key->find(text);
-    if (at == r.by_key->end()) {
+    const auto& keys = r.keys();
+    const auto at = keys.find(text);
+    if (at == keys.end()) {
         return std::nullopt;
     }
     return at->second;
@@ -248,12 +317,14 @@ void bind_records(py::module_& m)
         .def(
             "validate",
             [](const record_handle& r, bool gradients) {
-                value_or_raise(validate_for_saving(*r.record, gradients));
+                value_or_raise(gradients ? validate_gradients_record(*r.record)
+                                         : validate_tensor_group(*r.record));
             },
             py::arg("gradients") = true,
-            "Every check a restore and a save make (duplicate ids, dtypes, byte counts, "
-            "overflow, names), raising the first failure as ruda.Error; gradients=False "
-            "allows the integer tensors of other groups.")
+            "Every check a restore makes before it allocates anything (the C++ from_record's: "
+            "duplicate ids, dtypes, byte counts, overflow, quantized layouts), raising the "
+            "first failure as ruda.Error; gradients=False allows the integer tensors of other "
+            "groups.")
         .def("__eq__",
              [](const record_handle& a, const record_handle& b) { return *a.record == *b.record; })
         .def("__repr__", [](const record_handle& r) {

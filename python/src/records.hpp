@@ -21,10 +21,13 @@ namespace ruda::python {
 /// A record shared by every Python object that shows it (and every DLPack view of it).
 struct record_handle {
     std::shared_ptr<const gradients_params_record> record;
-    /// Each entry's key: its name, or its decimal id when it has none.
-    std::shared_ptr<const std::unordered_map<std::string, std::size_t>> by_key;
 
     explicit record_handle(std::shared_ptr<const gradients_params_record> shared);
+    /// Each entry's index by key: its name, or its decimal id when it has none.
+    [[nodiscard]] const std::unordered_map<std::string, std::size_t>& keys() const;
+
+private:
+    mutable std::shared_ptr<const std::unordered_map<std::string, std::size_t>> by_key;
 };
 
 /// One entry of a record.
@@ -38,13 +41,16 @@ struct tensor_handle {
 /// The key of an entry: its name, or its decimal id.
 [[nodiscard]] std::string key_of(const gradient_entry& entry);
 
-/// Borrows each `(name, tensor)` pair under the GIL, refusing a name given twice or two names
-/// of one id (`errc::duplicate_param_id`) before anything is copied.
-[[nodiscard]] result<std::vector<host_view>> borrow_all(pybind11::handle pairs);
+/// Borrows each tensor of `tensors` (lists of str and of tensors, as long as each other) under
+/// its name, GIL held, in id order; with `grads`, each tensor's `.grad` (a parameter's),
+/// leaving out those that are None. A name given twice, or two names of one id, is
+/// `errc::duplicate_param_id` before anything is copied.
+[[nodiscard]] result<std::vector<host_view>> borrow_all(pybind11::handle names,
+                                                        pybind11::handle tensors, bool grads);
 
-/// Copies the views into memory of ruda's own, entries in id order, the producers' tensors
-/// released as each is copied; `stop()` is asked between pieces of at most 4 MiB, and a true
-/// answer ends it with `errc::cancelled`. No GIL needed.
+/// Copies the views (in id order, as `borrow_all` gives them) into memory of ruda's own, then
+/// releases the producers' tensors (`release_all`); `stop()` is asked between pieces of at
+/// most 4 MiB, and a true answer ends it with `errc::cancelled`. No GIL needed.
 [[nodiscard]] result<gradients_params_record> copy_views(std::vector<host_view> views,
                                                          const std::function<bool()>& stop);
 

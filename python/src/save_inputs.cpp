@@ -24,7 +24,8 @@ result<save_inputs> capture(py::handle groups, py::handle sections)
                 {std::move(name), {}, pair[1].cast<const record_handle&>().record});
             continue;
         }
-        auto views = borrow_all(pair[1]);
+        const auto lists = pair[1].cast<py::tuple>();
+        auto views = borrow_all(lists[0], lists[1], lists[2].cast<bool>());
         if (!views) {
             if (name == checkpoint::gradients_group) {
                 return std::move(views).error();

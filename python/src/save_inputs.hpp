@@ -30,7 +30,8 @@ struct save_inputs {
     std::vector<std::pair<std::string, std::vector<std::uint8_t>>> sections;
 };
 
-/// `groups`: `(name, [(tensor name, tensor), ...] or ruda.Record)` pairs; `sections`:
+/// `groups`: `(name, ruda.Record or (names, tensors, grads))` pairs (`borrow_all`'s
+/// arguments); `sections`:
 /// `(name, bytes)` pairs. Borrows every tensor (`borrow_all`), GIL held; a group name that is
 /// invalid or given twice is `errc::malformed_record`.
 [[nodiscard]] result<save_inputs> capture(pybind11::handle groups, pybind11::handle sections);

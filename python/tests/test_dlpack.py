@@ -125,7 +125,10 @@ def test_param_ids_are_the_cpp_ids_of_names() -> None:
     (np.arange(12, dtype=np.float32).reshape(3, 4).T, "invalid_tensor", "not contiguous"),
     (np.ones(3, dtype=np.complex64), "invalid_dtype", "no dtype ruda has"),
     (np.ones(3, dtype=bool), "invalid_tensor", "__dlpack__ refused"),
-    (torch.ones(3, requires_grad=True), "invalid_tensor", "require gradient"),
+    (torch.ones(4)[::2], "invalid_tensor", "not contiguous"),
+    (torch.ones(2, dtype=torch.complex64), "invalid_dtype", "torch.complex64 is no dtype"),
+    (torch.ones(2).to_sparse(), "invalid_tensor", "torch.sparse_coo, not a dense"),
+    (torch.empty(2, device="meta"), "unsupported_device", "meta"),
 ])
 def test_refusals_name_the_tensor(value: object, code: str, words: str) -> None:
     with pytest.raises(ruda.Error) as raised:
@@ -133,6 +136,21 @@ def test_refusals_name_the_tensor(value: object, code: str, words: str) -> None:
     assert raised.value.code == code
     assert "Tensor layer.weight" in str(raised.value)
     assert words in str(raised.value)
+
+
+def test_torch_tensors_are_read_directly_parameters_and_bools_included() -> None:
+    layer = torch.nn.Linear(3, 2)
+    flags = torch.tensor([True, False, True])
+    record = ruda.snapshot({**dict(layer.named_parameters()), "flags": flags}).result()
+    assert torch.equal(torch.from_dlpack(record["weight"]), layer.weight.detach())
+    assert record["flags"].dtype == "bool(native)"
+    assert torch.from_dlpack(record["flags"]).tolist() == [1, 0, 1]  # bools go out as uint8
+    # A subclass goes through DLPack like any other producer.
+    class Sub(torch.Tensor):
+        pass
+
+    sub = torch.arange(3.0).as_subclass(Sub)
+    assert np.from_dlpack(ruda.snapshot({"s": sub}).result()["s"]).tolist() == [0.0, 1.0, 2.0]
 
 
 def test_negative_strides_are_refused() -> None:
