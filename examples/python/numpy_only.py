@@ -16,7 +16,8 @@ import ruda
 
 def main(path: str) -> None:
     rng = np.random.default_rng(0)
-    weights = {"w1": rng.standard_normal((4, 8)), "b1": np.zeros(8), "w2": rng.standard_normal((8, 1))}
+    weights = {"w1": rng.standard_normal((4, 8)), "b1": np.zeros(8),
+               "w2": rng.standard_normal((8, 1))}
     grads = {name: rng.standard_normal(w.shape).astype(np.float32) for name, w in weights.items()}
     saved = ruda.save_file(path, {"weights": weights, "gradients": grads},
                            sections={"note": b"numpy only"}).result()

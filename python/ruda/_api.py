@@ -82,7 +82,8 @@ class CheckpointManager:
         the file is on disk and ``latest`` names it. A failure leaves the directory as it was."""
         check_step(step)
         groups = groups_of(tensors)
-        staged, durable = self._core.save(step, groups, sections_of(sections, tensors, allow_pickle))
+        sections_given = sections_of(sections, tensors, allow_pickle)
+        staged, durable = self._core.save(step, groups, sections_given)
         return SaveFutures(staged, durable)
 
     def load(self, step: int, *, groups: Optional[Iterable[str]] = None,
@@ -198,7 +199,8 @@ def load_file(path: PathLike, *, groups: Optional[Iterable[str]] = None,
 def export_safetensors(path: PathLike, record: Record) -> "Future[int]":
     """Writes ``record`` as a safetensors file, atomically and durably; gives its size."""
     if not isinstance(record, Record):
-        raise invalid_argument(f"export_safetensors takes a ruda.Record, not a {type(record).__name__}")
+        raise invalid_argument("export_safetensors takes a ruda.Record, not a "
+                               f"{type(record).__name__}")
     return _ruda._export_safetensors(os.fspath(path), record)
 
 

@@ -48,7 +48,8 @@ class Gradients:
     def from_module(cls, module: Any) -> "Gradients":
         """The gradients of a ``torch.nn.Module``'s parameters, read at each snapshot."""
         if not _is_module(module):
-            raise invalid_argument(f"from_module takes a torch.nn.Module, not a {type(module).__name__}")
+            raise invalid_argument("from_module takes a torch.nn.Module, not a "
+                                   f"{type(module).__name__}")
         return cls(module)
 
     def items(self) -> list[tuple[str, Any]]:
@@ -120,7 +121,8 @@ def sections_of(sections: Union[Mapping[str, Any], None], tensors: Any,
         given.update(tensors.sections)
     if sections is not None:
         if not isinstance(sections, Mapping):
-            raise invalid_argument(f"sections must be a mapping {{name: bytes}}, not a {type(sections).__name__}")
+            raise invalid_argument("sections must be a mapping {name: bytes}, not a "
+                                   f"{type(sections).__name__}")
         given.update(sections)
     out: list[tuple[str, bytes]] = []
     pickled: list[str] = []

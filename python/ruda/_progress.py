@@ -36,7 +36,8 @@ class _Bar:
                 self._bar = None
 
 
-def progress_callback(progress: Progress, description: str) -> Optional[Callable[[int, int], object]]:
+def progress_callback(progress: Progress,
+                      description: str) -> Optional[Callable[[int, int], object]]:
     """The callable for the C++ core: None for none, a tqdm bar for True (none when tqdm is
     not installed), the callable itself otherwise."""
     if progress is None or progress is False:

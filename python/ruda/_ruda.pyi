@@ -72,7 +72,8 @@ class Checkpoint:
 
 class _CheckpointManager:
     def __init__(self, directory: str, keep: int, writers: int, run_id: str, on_newer: str,
-                 max_queued_saves: int, progress: Optional[Callable[[int, int], object]]) -> None: ...
+                 max_queued_saves: int,
+                 progress: Optional[Callable[[int, int], object]]) -> None: ...
     def save(self, step: int, groups: list[tuple[str, Any]],
              sections: list[tuple[str, bytes]]) -> tuple[Future[None], Future[Any]]: ...
     def load(self, step: Optional[int], options: dict[str, Any],

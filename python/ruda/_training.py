@@ -85,7 +85,8 @@ def training_state(model: Any, optimizer: Any = None, step: Optional[int] = None
             "param_groups": _encode(state["param_groups"], "param_groups")}).encode()
     if rng:
         generators: dict[str, Any] = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        initialized = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        if torch.cuda.is_available() and initialized:
             for device, cuda_state in enumerate(torch.cuda.get_rng_state_all()):
                 generators[f"cuda.{device}"] = cuda_state
         rng_json: dict[str, Any] = {"python": _encode(random.getstate(), "random")}
@@ -117,7 +118,8 @@ def restore_training_state(checkpoint: Checkpoint, model: Any, optimizer: Any = 
     if "weights" not in checkpoint:
         raise NotFound("The checkpoint has no group weights", "not_found")
     weights = checkpoint["weights"]
-    meta = checkpoint.section_json("python.training") if "python.training" in checkpoint.raw_sections else {}
+    has_meta = "python.training" in checkpoint.raw_sections
+    meta = checkpoint.section_json("python.training") if has_meta else {}
     bools = set(meta.get("bool_weights", []))
     state = model.state_dict()
     names = list(state.keys())

@@ -99,8 +99,8 @@ checkpoint_load_options load_options(const py::dict& given,
     }
     // The state is held weakly: the options may outlive the load in a manager's copy.
     options.on_progress = [progress = std::move(progress),
-                           weak = std::weak_ptr<future_state>{state}](
-                              const checkpoint_progress& p) {
+                           weak =
+                               std::weak_ptr<future_state>{state}](const checkpoint_progress& p) {
         const auto held = weak.lock();
         if (held && held->cancel_requested()) {
             throw std::runtime_error("cancelled");
@@ -116,8 +116,8 @@ error load_failure(error why, const python_callback* progress)
 {
     if (why == errc::cancelled && progress != nullptr) {
         if (auto raised = progress->failure()) {
-            return error{errc::cancelled, "The progress callback raised " + *raised +
-                                              "; the operation stopped"};
+            return error{errc::cancelled,
+                         "The progress callback raised " + *raised + "; the operation stopped"};
         }
     }
     return why;
@@ -132,9 +132,7 @@ void bind_checkpoints(py::module_& m)
         py::dynamic_attr())
         .def_property_readonly(
             "gradients",
-            [](const checkpoint_handle& c) {
-                return group_record(c, c.contents->gradients());
-            },
+            [](const checkpoint_handle& c) { return group_record(c, c.contents->gradients()); },
             "The \"gradients\" group (empty when the checkpoint holds none).")
         .def_property_readonly(
             "groups",
@@ -166,8 +164,8 @@ void bind_checkpoints(py::module_& m)
             [](const checkpoint_handle& c) {
                 py::dict out;
                 for (const checkpoint_section& s : c.contents->sections()) {
-                    out[py::str(s.name)] = py::bytes(
-                        reinterpret_cast<const char*>(s.bytes.data()), s.bytes.size());
+                    out[py::str(s.name)] =
+                        py::bytes(reinterpret_cast<const char*>(s.bytes.data()), s.bytes.size());
                 }
                 return out;
             },
@@ -192,8 +190,8 @@ void bind_checkpoints(py::module_& m)
             "The run the writer resumed (\"\" for a fresh run), None when the file does not "
             "say.")
         .def("__repr__", [](const checkpoint_handle& c) {
-            return "ruda.Checkpoint(" + std::to_string(c.contents->groups().size()) +
-                   " groups, " + std::to_string(c.contents->sections().size()) + " sections)";
+            return "ruda.Checkpoint(" + std::to_string(c.contents->groups().size()) + " groups, " +
+                   std::to_string(c.contents->sections().size()) + " sections)";
         });
 }
 

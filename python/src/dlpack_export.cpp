@@ -85,8 +85,8 @@ py::capsule export_dlpack(const tensor_handle& tensor, const py::object& stream,
     const DLDataType type = dlpack_type(entry.data.dtype(), key_of(entry));
     auto context = std::make_unique<export_context>();
     const storage& held = entry.data.bytes();
-    const bool copied = (!copy.is_none() && copy.cast<bool>()) ||
-                        held.origin() == storage_origin::mapped;
+    const bool copied =
+        (!copy.is_none() && copy.cast<bool>()) || held.origin() == storage_origin::mapped;
     // A mapped file's pages are read-only and a consumer such as torch may write: copied.
     context->bytes = copied ? storage::copy_of(held.span()) : held;
     if (!copied) {

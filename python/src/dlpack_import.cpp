@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <string_view>
-#include <vector>
 #include <utility>
+#include <vector>
 
 namespace py = pybind11;
 
@@ -79,9 +79,9 @@ const torch_types* torch_if_imported()
         types->parameter = py::object(module.attr("nn").attr("Parameter")).release().ptr();
         types->strided = py::object(module.attr("strided")).release().ptr();
         const std::pair<const char*, dtype> names[] = {
-            {"float64", dtype::f64()}, {"float32", dtype::f32()}, {"float16", dtype::f16()},
-            {"bfloat16", dtype::bf16()}, {"int64", dtype::i64()}, {"int32", dtype::i32()},
-            {"int16", dtype::i16()},     {"int8", dtype::i8()},   {"uint8", dtype::u8()},
+            {"float64", dtype::f64()},   {"float32", dtype::f32()}, {"float16", dtype::f16()},
+            {"bfloat16", dtype::bf16()}, {"int64", dtype::i64()},   {"int32", dtype::i32()},
+            {"int16", dtype::i16()},     {"int8", dtype::i8()},     {"uint8", dtype::u8()},
             {"bool", dtype::boolean()}};
         for (const auto& [name, type] : names) {
             types->dtypes.emplace_back(py::object(module.attr(name)).release().ptr(), type);
@@ -95,15 +95,14 @@ const torch_types* torch_if_imported()
 
 bool attribute_true(py::handle object, const char* name)
 {
-    return py::reinterpret_steal<py::object>(PyObject_GetAttrString(object.ptr(), name))
-               .ptr() == Py_True;
+    return py::reinterpret_steal<py::object>(PyObject_GetAttrString(object.ptr(), name)).ptr() ==
+           Py_True;
 }
 
 std::optional<error> refuse_device(py::handle tensor, const std::string& name);
 
 // An exact torch.Tensor read through its attributes, with the checks DLPack's path makes.
-result<host_view> borrow_torch_tensor(py::handle tensor, std::string name,
-                                      const torch_types& torch)
+result<host_view> borrow_torch_tensor(py::handle tensor, std::string name, const torch_types& torch)
 {
     if (!attribute_true(tensor, "is_cpu")) {
         if (auto refused = refuse_device(tensor, name)) {
@@ -148,7 +147,7 @@ result<host_view> borrow_torch_tensor(py::handle tensor, std::string name,
     view.id = param_id::from_name(view.name);
     view.type = known->second;
     view.bytes = count.value() * known->second.size();
-    view.data = reinterpret_cast<std::uint8_t*>(  // NOLINT: torch hands an address as an int
+    view.data = reinterpret_cast<std::uint8_t*>( // NOLINT: torch hands an address as an int
         tensor.attr("data_ptr")().cast<std::uintptr_t>());
     view.tensor = python_reference{tensor};
     return view;
@@ -197,11 +196,9 @@ bool compact(const DLTensor& t)
 result<host_view> from_capsule(const py::object& capsule, std::string name)
 {
     if (PyCapsule_IsValid(capsule.ptr(), "dltensor") == 0) {
-        return refusal(errc::invalid_tensor, name,
-                       "its __dlpack__ gave no unused DLPack capsule");
+        return refusal(errc::invalid_tensor, name, "its __dlpack__ gave no unused DLPack capsule");
     }
-    auto* managed =
-        static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
     // Consumed: from now on this view, not the capsule, calls the producer's deleter.
     PyCapsule_SetName(capsule.ptr(), "used_dltensor");
     std::unique_ptr<DLManagedTensor, dlpack_release> owner{managed};
@@ -238,8 +235,7 @@ result<host_view> from_capsule(const py::object& capsule, std::string name)
     }
     auto count = checked_num_elements(dims);
     if (!count || count.value() > SIZE_MAX / type->size()) {
-        return refusal(errc::shape_overflow, name, "its shape " + to_string(dims) +
-                                                       " overflows");
+        return refusal(errc::shape_overflow, name, "its shape " + to_string(dims) + " overflows");
     }
     host_view view;
     view.name = std::move(name);
@@ -271,7 +267,7 @@ void release_all(std::vector<host_view>& views)
     });
     if (!held) {
         for (host_view& view : views) {
-            view.owner.release(); // Python is exiting: its deleters must not run now
+            view.owner.release();             // Python is exiting: its deleters must not run now
             view.tensor = python_reference{}; // leaked likewise (no GIL: not dropped)
         }
     }
@@ -284,27 +280,40 @@ std::optional<dtype> dtype_of_dlpack(std::uint8_t code, std::uint8_t bits, std::
     }
     switch (code) {
     case kDLFloat:
-        if (bits == 64) return dtype::f64();
-        if (bits == 32) return dtype::f32();
-        if (bits == 16) return dtype::f16();
+        if (bits == 64)
+            return dtype::f64();
+        if (bits == 32)
+            return dtype::f32();
+        if (bits == 16)
+            return dtype::f16();
         break;
     case kDLBfloat:
-        if (bits == 16) return dtype::bf16();
+        if (bits == 16)
+            return dtype::bf16();
         break;
     case kDLInt:
-        if (bits == 64) return dtype::i64();
-        if (bits == 32) return dtype::i32();
-        if (bits == 16) return dtype::i16();
-        if (bits == 8) return dtype::i8();
+        if (bits == 64)
+            return dtype::i64();
+        if (bits == 32)
+            return dtype::i32();
+        if (bits == 16)
+            return dtype::i16();
+        if (bits == 8)
+            return dtype::i8();
         break;
     case kDLUInt:
-        if (bits == 64) return dtype::u64();
-        if (bits == 32) return dtype::u32();
-        if (bits == 16) return dtype::u16();
-        if (bits == 8) return dtype::u8();
+        if (bits == 64)
+            return dtype::u64();
+        if (bits == 32)
+            return dtype::u32();
+        if (bits == 16)
+            return dtype::u16();
+        if (bits == 8)
+            return dtype::u8();
         break;
     case dlpack_bool:
-        if (bits == 8) return dtype::boolean();
+        if (bits == 8)
+            return dtype::boolean();
         break;
     default: break;
     }
@@ -320,8 +329,8 @@ result<host_view> borrow_host_tensor(py::handle tensor, std::string name)
         }
     }
     py::object capsule;
-    auto exporter = py::reinterpret_steal<py::object>(PyObject_GetAttrString(tensor.ptr(),
-                                                                             "__dlpack__"));
+    auto exporter =
+        py::reinterpret_steal<py::object>(PyObject_GetAttrString(tensor.ptr(), "__dlpack__"));
     if (!exporter) {
         PyErr_Clear();
         return refusal(errc::invalid_tensor, name,
@@ -338,8 +347,8 @@ result<host_view> borrow_host_tensor(py::handle tensor, std::string name)
     try {
         capsule = exporter();
     } catch (py::error_already_set& e) {
-        return refusal(errc::invalid_tensor, name, "its __dlpack__ refused: " +
-                                                       std::string{e.what()});
+        return refusal(errc::invalid_tensor, name,
+                       "its __dlpack__ refused: " + std::string{e.what()});
     }
     return from_capsule(capsule, std::move(name));
 }

@@ -14,8 +14,8 @@ PyObject* classes_by_code = nullptr; // dict: code name -> class
 
 py::object error_object(std::string_view code, const std::string& message)
 {
-    py::handle cls = base_class != nullptr ? py::handle{base_class}
-                                           : py::handle{PyExc_RuntimeError};
+    py::handle cls =
+        base_class != nullptr ? py::handle{base_class} : py::handle{PyExc_RuntimeError};
     if (classes_by_code != nullptr) {
         PyObject* found = PyDict_GetItemString(classes_by_code, std::string{code}.c_str());
         if (found != nullptr) {

@@ -67,8 +67,7 @@ private:
         std::string code;
         std::string message;
     };
-    using outcome =
-        std::variant<std::monostate, value_maker, error, python_failure, cancelled_tag>;
+    using outcome = std::variant<std::monostate, value_maker, error, python_failure, cancelled_tag>;
 
     void complete(outcome what, bool by_operation);
     void run_callbacks();

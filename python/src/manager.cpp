@@ -32,8 +32,8 @@ py::object present_saved(const saved_checkpoint& saved)
     if (saved.cleanup_failure) {
         cleanup = error_object(*saved.cleanup_failure);
     }
-    return py::module_::import("ruda._saved").attr("Saved")(saved.step, saved.path.string(),
-                                                          saved.bytes, cleanup);
+    return py::module_::import("ruda._saved")
+        .attr("Saved")(saved.step, saved.path.string(), saved.bytes, cleanup);
 }
 
 namespace {
@@ -134,8 +134,8 @@ public:
         auto staged = std::make_shared<future_state>();
         auto durable = std::make_shared<future_state>(false);
         auto in_flight = std::make_shared<save_in_flight>(saves_);
-        post([manager, step, inputs = std::make_shared<save_inputs>(std::move(inputs)), staged, durable, progress = progress_,
-              in_flight]() mutable {
+        post([manager, step, inputs = std::make_shared<save_inputs>(std::move(inputs)), staged,
+              durable, progress = progress_, in_flight]() mutable {
             auto contents =
                 assemble(std::move(*inputs), [&staged] { return staged->cancel_requested(); });
             if (!contents) {
@@ -170,12 +170,14 @@ public:
         auto callback = share_callback(std::move(progress));
         auto state = std::make_shared<future_state>();
         auto options = load_options(given, callback, state);
-        const bool allow_pickle = given.contains("allow_pickle") && given["allow_pickle"].cast<bool>();
+        const bool allow_pickle =
+            given.contains("allow_pickle") && given["allow_pickle"].cast<bool>();
         post([manager, step, options = std::move(options), callback, state, allow_pickle] {
             if (state->done()) {
                 return;
             }
-            finish_load(*state, step ? manager->load(*step, options) : manager->load_latest(options),
+            finish_load(*state,
+                        step ? manager->load(*step, options) : manager->load_latest(options),
                         allow_pickle, callback.get());
         });
         return state;
@@ -187,7 +189,8 @@ public:
         auto callback = share_callback(std::move(progress));
         auto state = std::make_shared<future_state>();
         auto options = load_options(given, callback, state);
-        const bool allow_pickle = given.contains("allow_pickle") && given["allow_pickle"].cast<bool>();
+        const bool allow_pickle =
+            given.contains("allow_pickle") && given["allow_pickle"].cast<bool>();
         post([manager, options = std::move(options), callback, state, allow_pickle] {
             if (state->done()) {
                 return;

@@ -51,12 +51,13 @@ py::tuple save_file(const std::filesystem::path& path, py::handle groups, py::ha
     auto callback = share_callback(std::move(progress));
     auto staged = std::make_shared<future_state>();
     auto durable = std::make_shared<future_state>(false);
-    post([path, inputs = std::make_shared<save_inputs>(std::move(inputs)), writers, callback, staged, durable]() mutable {
+    post([path, inputs = std::make_shared<save_inputs>(std::move(inputs)), writers, callback,
+          staged, durable]() mutable {
         auto contents =
             assemble(std::move(*inputs), [&staged] { return staged->cancel_requested(); });
         if (!contents || !staged->claim()) {
-            const error why = contents ? error{errc::cancelled, "The save was cancelled"}
-                                       : contents.error();
+            const error why =
+                contents ? error{errc::cancelled, "The save was cancelled"} : contents.error();
             staged->fail(why);
             durable->fail(why);
             return;
@@ -108,9 +109,7 @@ std::shared_ptr<future_state> export_safetensors_file(const std::filesystem::pat
                                                       const record_handle& record)
 {
     return start_job(
-        [path, record = record.record](future_state&) {
-            return export_safetensors(*record, path);
-        },
+        [path, record = record.record](future_state&) { return export_safetensors(*record, path); },
         [](std::uint64_t bytes) { return py::int_(bytes); });
 }
 
@@ -166,9 +165,9 @@ std::vector<copy_plan> plan_copies(py::handle names, py::handle tensors, bool gr
     if (rules.every_entry) {
         for (std::size_t i = 0; i < entries.size(); ++i) {
             if (matched[i] == 0) {
-                throw_error(error{errc::unknown_parameter,
-                                  "Tensor " + key_of(entries[i]) +
-                                      " of the record has no target of its name"});
+                throw_error(
+                    error{errc::unknown_parameter, "Tensor " + key_of(entries[i]) +
+                                                       " of the record has no target of its name"});
             }
         }
     }
@@ -179,15 +178,13 @@ std::vector<copy_plan> plan_copies(py::handle names, py::handle tensors, bool gr
         auto target = value_or_raise(borrow_host_tensor(tensor, key_of(entry)));
         if (!(target.type == entry.dtype)) {
             throw_error(error{errc::invalid_dtype, "Tensor " + target.name + ": the target is " +
-                                                       to_string(target.type) +
-                                                       ", the record's " +
+                                                       to_string(target.type) + ", the record's " +
                                                        to_string(entry.dtype)});
         }
         if (target.dims != entry.data.shape()) {
             throw_error(error{errc::shape_mismatch, "Tensor " + target.name +
                                                         ": the target's shape is " +
-                                                        to_string(target.dims) +
-                                                        ", the record's " +
+                                                        to_string(target.dims) + ", the record's " +
                                                         to_string(entry.data.shape())});
         }
         plans.push_back({std::move(target), entry.data});

@@ -71,8 +71,9 @@ result<std::vector<host_view>> borrow_all(py::handle names, py::handle tensors, 
         if (size == 0) {
             return error{errc::malformed_record, "A tensor has an empty name"};
         }
-        BOOST_OUTCOME_TRY(auto view,
-                          borrow_host_tensor(tensor, std::string{utf8, static_cast<std::size_t>(size)}));
+        BOOST_OUTCOME_TRY(
+            auto view,
+            borrow_host_tensor(tensor, std::string{utf8, static_cast<std::size_t>(size)}));
         views.push_back(std::move(view));
     }
     // In id order, which the record keeps; two of one id are refused before any copy.
@@ -83,10 +84,10 @@ result<std::vector<host_view>> borrow_all(py::handle names, py::handle tensors, 
             const std::string& first = views[i - 1].name;
             const std::string& second = views[i].name;
             return error{errc::duplicate_param_id,
-                         first == second ? "Tensor " + first + " is given twice"
-                                         : "Tensors " + first + " and " + second +
-                                               " have one id, " + to_string(views[i].id) +
-                                               "; rename one"};
+                         first == second
+                             ? "Tensor " + first + " is given twice"
+                             : "Tensors " + first + " and " + second + " have one id, " +
+                                   to_string(views[i].id) + "; rename one"};
         }
     }
     return views;
@@ -264,7 +265,8 @@ void bind_records(py::module_& m)
         m, "Record",
         "A host-owned snapshot of tensors, in id order, read by name (or id). Immutable.")
         .def("__len__", [](const record_handle& r) { return r.record->entries().size(); })
-        .def("__getitem__", [](const record_handle& r, py::handle key) { return tensor_at(r, key); })
+        .def("__getitem__",
+             [](const record_handle& r, py::handle key) { return tensor_at(r, key); })
         .def("__contains__",
              [](const record_handle& r, py::handle key) {
                  std::string text;
@@ -298,8 +300,8 @@ void bind_records(py::module_& m)
                 py::list out;
                 const auto& entries = r.record->entries();
                 for (std::size_t i = 0; i < entries.size(); ++i) {
-                    out.append(py::make_tuple(key_of(entries[i]),
-                                              py::cast(tensor_handle{r.record, i})));
+                    out.append(
+                        py::make_tuple(key_of(entries[i]), py::cast(tensor_handle{r.record, i})));
                 }
                 return out;
             },

@@ -52,7 +52,8 @@ def test_python_reads_what_cpp_wrote(golden_file: pathlib.Path) -> None:
 
 
 def test_safetensors_written_by_cpp(tmp_path: pathlib.Path, ruda_inspect: str) -> None:
-    ruda.save_file(tmp_path / "w.ruda", {"weights": {"a.b": np.arange(4, dtype=np.float64)}}).result()
+    weights = {"a.b": np.arange(4, dtype=np.float64)}
+    ruda.save_file(tmp_path / "w.ruda", {"weights": weights}).result()
     out = inspect(ruda_inspect, "--export-safetensors", str(tmp_path / "w.safetensors"),
                   str(tmp_path / "w.ruda"))
     assert out.returncode == 0, out.stderr

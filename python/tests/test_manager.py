@@ -34,7 +34,8 @@ def test_save_then_load_latest(tmp_path: pathlib.Path) -> None:
         assert mgr.steps() == [20, 30] and mgr.latest_step() == 30
         ckpt = mgr.load_latest().result()
         assert ckpt.step == 30 and ckpt.run_id == mgr.run_id
-        assert np.array_equal(np.from_dlpack(ckpt.gradients["fc1.weight"]), grads(3.0)["fc1.weight"])
+        weight = np.from_dlpack(ckpt.gradients["fc1.weight"])
+        assert np.array_equal(weight, grads(3.0)["fc1.weight"])
         assert ckpt.sections == {}
         assert mgr.load(20).result().step == 20
 
