@@ -75,11 +75,13 @@ void finish_load(future_state& state, result<checkpoint> loaded, bool allow_pick
     state.succeed([value, allow_pickle] { return present_checkpoint(value, allow_pickle); });
 }
 
-checkpoint_load_options load_options(const py::dict& given,
-                                     std::shared_ptr<python_callback> progress,
-                                     const std::shared_ptr<future_state>& state)
+load_request make_load_request(const py::dict& given, py::object progress_callable)
 {
-    checkpoint_load_options options;
+    load_request request;
+    request.state = std::make_shared<future_state>();
+    request.progress = share_callback(std::move(progress_callable));
+    request.allow_pickle = optional_item<bool>(given, "allow_pickle").value_or(false);
+    checkpoint_load_options& options = request.options;
     options.only_groups = optional_item<std::vector<std::string>>(given, "groups");
     options.only_names = optional_item<std::vector<std::string>>(given, "names");
     if (auto ids = optional_item<std::vector<std::uint64_t>>(given, "ids")) {
@@ -98,18 +100,18 @@ checkpoint_load_options load_options(const py::dict& given,
         options.max_header_bytes = *most;
     }
     // The state is held weakly: the options may outlive the load in a manager's copy.
-    options.on_progress = [progress = std::move(progress),
-                           weak =
-                               std::weak_ptr<future_state>{state}](const checkpoint_progress& p) {
-        const auto held = weak.lock();
-        if (held && held->cancel_requested()) {
-            throw std::runtime_error("cancelled");
-        }
-        if (progress && !(*progress)(p.bytes_done, p.bytes_total)) {
-            throw std::runtime_error("the progress callback raised");
-        }
-    };
-    return options;
+    options.on_progress =
+        [progress = request.progress,
+         weak = std::weak_ptr<future_state>{request.state}](const checkpoint_progress& p) {
+            const auto held = weak.lock();
+            if (held && held->cancel_requested()) {
+                throw std::runtime_error("cancelled");
+            }
+            if (progress && !(*progress)(p.bytes_done, p.bytes_total)) {
+                throw std::runtime_error("the progress callback raised");
+            }
+        };
+    return request;
 }
 
 error load_failure(error why, const python_callback* progress)

@@ -38,12 +38,19 @@ inline constexpr const char* pickled_sections = "python.pickled";
 void finish_load(future_state& state, result<checkpoint> loaded, bool allow_pickle,
                  const python_callback* progress);
 
-/// Load options from the Python layer's dict (groups, ids, names, verify, mmap, run_id,
-/// readers, max_header_bytes), with a progress hook that stops the load once `state` is
-/// cancelled and otherwise tells `progress(done, total)`, when given.
-[[nodiscard]] checkpoint_load_options load_options(const pybind11::dict& given,
-                                                   std::shared_ptr<python_callback> progress,
-                                                   const std::shared_ptr<future_state>& state);
+/// A load's future and what its job needs.
+struct load_request {
+    std::shared_ptr<future_state> state;
+    std::shared_ptr<python_callback> progress;
+    /// From the Python layer's dict (groups, ids, names, verify, mmap, run_id, readers,
+    /// max_header_bytes), with a progress hook that stops the load once `state` is cancelled
+    /// and otherwise tells `progress(done, total)`, when given.
+    checkpoint_load_options options;
+    bool allow_pickle = false;
+};
+
+[[nodiscard]] load_request make_load_request(const pybind11::dict& given,
+                                             pybind11::object progress);
 
 /// A load's failure, its message the progress callback's exception when that stopped it.
 [[nodiscard]] error load_failure(error why, const python_callback* progress);

@@ -38,38 +38,11 @@ py::object present_saved(const saved_checkpoint& saved)
 
 namespace {
 
-// The saves of one manager still in flight, which `close()` waits for.
-class saves_in_flight {
-public:
-    void add()
-    {
-        const std::lock_guard lock{mutex_};
-        ++count_;
-    }
-    void remove()
-    {
-        const std::lock_guard lock{mutex_};
-        if (--count_ == 0) {
-            none_.notify_all();
-        }
-    }
-    void wait_for_none()
-    {
-        std::unique_lock lock{mutex_};
-        none_.wait(lock, [this] { return count_ == 0; });
-    }
-
-private:
-    std::mutex mutex_;
-    std::condition_variable none_;
-    std::size_t count_ = 0;
-};
-
 // One save, from `save()` until its durable outcome is set and the manager released; also an
 // operation the interpreter's exit waits for.
 class save_in_flight {
 public:
-    explicit save_in_flight(std::shared_ptr<saves_in_flight> saves) : saves_(std::move(saves))
+    explicit save_in_flight(std::shared_ptr<in_flight_count> saves) : saves_(std::move(saves))
     {
         saves_->add();
     }
@@ -78,7 +51,7 @@ public:
     ~save_in_flight() { saves_->remove(); }
 
 private:
-    std::shared_ptr<saves_in_flight> saves_;
+    std::shared_ptr<in_flight_count> saves_;
     operation_in_flight operation_;
 };
 
@@ -167,18 +140,16 @@ public:
                                        py::object progress)
     {
         auto manager = held();
-        auto callback = share_callback(std::move(progress));
-        auto state = std::make_shared<future_state>();
-        auto options = load_options(given, callback, state);
-        const bool allow_pickle =
-            given.contains("allow_pickle") && given["allow_pickle"].cast<bool>();
-        post([manager, step, options = std::move(options), callback, state, allow_pickle] {
-            if (state->done()) {
+        auto request = make_load_request(given, std::move(progress));
+        auto state = request.state;
+        post([manager, step, request = std::move(request)] {
+            if (request.state->done()) {
                 return;
             }
-            finish_load(*state,
+            const auto& options = request.options;
+            finish_load(*request.state,
                         step ? manager->load(*step, options) : manager->load_latest(options),
-                        allow_pickle, callback.get());
+                        request.allow_pickle, request.progress.get());
         });
         return state;
     }
@@ -186,18 +157,16 @@ public:
     std::shared_ptr<future_state> load_newest_valid(const py::dict& given, py::object progress)
     {
         auto manager = held();
-        auto callback = share_callback(std::move(progress));
-        auto state = std::make_shared<future_state>();
-        auto options = load_options(given, callback, state);
-        const bool allow_pickle =
-            given.contains("allow_pickle") && given["allow_pickle"].cast<bool>();
-        post([manager, options = std::move(options), callback, state, allow_pickle] {
+        auto request = make_load_request(given, std::move(progress));
+        auto state = request.state;
+        post([manager, state, request = std::move(request)] {
             if (state->done()) {
                 return;
             }
-            auto found = manager->load_newest_valid(options);
+            const bool allow_pickle = request.allow_pickle;
+            auto found = manager->load_newest_valid(request.options);
             if (!found) {
-                state->fail(load_failure(std::move(found).error(), callback.get()));
+                state->fail(load_failure(std::move(found).error(), request.progress.get()));
                 return;
             }
             if (auto refusal = pickle_refusal(found.value().contents, allow_pickle)) {
@@ -269,7 +238,8 @@ private:
 
     mutable std::mutex mutex_;
     std::shared_ptr<checkpoint_manager> manager_;
-    std::shared_ptr<saves_in_flight> saves_ = std::make_shared<saves_in_flight>();
+    // The saves made through this object, which close() waits for.
+    std::shared_ptr<in_flight_count> saves_ = std::make_shared<in_flight_count>();
     std::shared_ptr<python_callback> progress_;
 };
 

@@ -87,20 +87,19 @@ py::tuple save_file(const std::filesystem::path& path, py::handle groups, py::ha
 std::shared_ptr<future_state> load_file(const std::filesystem::path& path, const py::dict& given,
                                         py::object progress)
 {
-    auto callback = share_callback(std::move(progress));
-    auto state = std::make_shared<future_state>();
-    auto options = load_options(given, callback, state);
-    const bool allow_pickle = given.contains("allow_pickle") && given["allow_pickle"].cast<bool>();
-    post([path, options = std::move(options), callback, state, allow_pickle] {
-        if (state->done()) {
+    auto request = make_load_request(given, std::move(progress));
+    auto state = request.state;
+    post([path, request = std::move(request)] {
+        if (request.state->done()) {
             return;
         }
         std::error_code ec;
         if (!std::filesystem::exists(path, ec) && !ec) {
-            state->fail(error{errc::not_found, "No checkpoint file " + path.string()});
+            request.state->fail(error{errc::not_found, "No checkpoint file " + path.string()});
             return;
         }
-        finish_load(*state, load_checkpoint_file(path, options), allow_pickle, callback.get());
+        finish_load(*request.state, load_checkpoint_file(path, request.options),
+                    request.allow_pickle, request.progress.get());
     });
     return state;
 }

@@ -25,9 +25,7 @@ namespace {
 std::mutex pool_mutex;
 boost::asio::thread_pool* pool = nullptr;
 
-std::mutex operations_mutex;
-std::condition_variable operations_done;
-std::size_t operations = 0;
+in_flight_count operations;
 
 // Held shared by every thread inside Python from C++, exclusively by the exit hook for good.
 std::shared_mutex exit_mutex;
@@ -49,27 +47,10 @@ boost::asio::thread_pool& threads()
     return *pool;
 }
 
-void begin_operation()
-{
-    const std::lock_guard lock{operations_mutex};
-    ++operations;
-}
-
-void end_operation()
-{
-    const std::lock_guard lock{operations_mutex};
-    if (--operations == 0) {
-        operations_done.notify_all();
-    }
-}
-
 void at_exit()
 {
     const py::gil_scoped_release release;
-    {
-        std::unique_lock lock{operations_mutex};
-        operations_done.wait(lock, [] { return operations == 0; });
-    }
+    operations.wait_for_none();
     const std::unique_lock lock{exit_mutex};
     exiting = true;
 }
@@ -79,23 +60,41 @@ void in_forked_child()
     // The parent's threads and operations do not exist here; its mutexes may be held by
     // threads that are gone.
     new (&pool_mutex) std::mutex;
-    new (&operations_mutex) std::mutex;
-    new (&operations_done) std::condition_variable;
+    new (&operations) in_flight_count;
     pool = nullptr;
-    operations = 0;
 }
 
 } // namespace
 
-operation_in_flight::operation_in_flight() { begin_operation(); }
-operation_in_flight::~operation_in_flight() { end_operation(); }
+void in_flight_count::add()
+{
+    const std::lock_guard lock{mutex_};
+    ++count_;
+}
+
+void in_flight_count::remove()
+{
+    const std::lock_guard lock{mutex_};
+    if (--count_ == 0) {
+        none_.notify_all();
+    }
+}
+
+void in_flight_count::wait_for_none()
+{
+    std::unique_lock lock{mutex_};
+    none_.wait(lock, [this] { return count_ == 0; });
+}
+
+operation_in_flight::operation_in_flight() { operations.add(); }
+operation_in_flight::~operation_in_flight() { operations.remove(); }
 
 void post(std::function<void()> job)
 {
-    begin_operation();
+    operations.add();
     boost::asio::post(threads(), [job = std::move(job)] {
         job();
-        end_operation();
+        operations.remove();
     });
 }
 

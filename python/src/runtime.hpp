@@ -3,9 +3,26 @@
 // interpreter lives.
 #pragma once
 
+#include <condition_variable>
+#include <cstddef>
 #include <functional>
+#include <mutex>
 
 namespace ruda::python {
+
+/// A count of things in flight that one may wait to reach zero (operations, a manager's saves).
+class in_flight_count {
+public:
+    void add();
+    void remove();
+    /// Blocks until the count is zero. Call it without the GIL when what is counted needs it.
+    void wait_for_none();
+
+private:
+    std::mutex mutex_;
+    std::condition_variable none_;
+    std::size_t count_ = 0;
+};
 
 /// Runs `job` on one of the module's I/O threads, started on first use (and again in a forked
 /// child, which inherits no threads). Counts as an operation in flight until it returns.
