@@ -1,5 +1,7 @@
 #include "errors.hpp"
 
+#include <utility>
+
 namespace py = pybind11;
 
 namespace ruda::python {
@@ -27,6 +29,25 @@ py::object error_object(std::string_view code, const std::string& message)
     return instance;
 }
 
+namespace {
+
+// The C++ spellings a core message may name, as a Python user writes them.
+std::string in_python_words(std::string message)
+{
+    static const std::pair<std::string_view, std::string_view> words[] = {
+        {"newer_checkpoints::discard", "on_newer=\"discard\""},
+    };
+    for (const auto& [cpp, python] : words) {
+        for (auto at = message.find(cpp); at != std::string::npos; at = message.find(cpp, at)) {
+            message.replace(at, cpp.size(), python);
+            at += python.size();
+        }
+    }
+    return message;
+}
+
+} // namespace
+
 py::object error_object(const error& why)
 {
     const std::error_code code = why.code();
@@ -36,7 +57,7 @@ py::object error_object(const error& why)
     if (name.empty()) {
         name = "io_error"; // a system error code: an operating-system failure
     }
-    return error_object(name, why.message());
+    return error_object(name, in_python_words(why.message()));
 }
 
 void throw_error(std::string_view code, const std::string& message)

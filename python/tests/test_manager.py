@@ -113,6 +113,7 @@ def test_steps_only_go_up_unless_discarding(tmp_path: pathlib.Path) -> None:
         with pytest.raises(ruda.Error) as raised:
             mgr.save(3, grads()).result()
         assert raised.value.code == "step_not_newer"
+        assert 'on_newer="discard"' in str(raised.value)
     with ruda.CheckpointManager(tmp_path, on_newer="discard") as mgr:
         mgr.save(3, grads()).result()
         assert mgr.steps() == [3]
