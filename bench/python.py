@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/python.py: ruda through `import ruda` on a torch model's gradients, against torch.save
 and torch.load in the same run on the same tensors (bench/run puts its figures next to
-bench/python_cpp's, the same work through the C++ API):
+`bench/torch_gradients --count`'s, the same work through the C++ API):
 
   save:    ruda.save_file(path, ruda.Gradients(model)) (snapshot + save + fsync)
            against torch.save of the .grad tensors + fsync;
@@ -95,12 +95,12 @@ def save_load(model: Grads, scratch: str, reps: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in figures.items()}
 
 
-def training_loop(model: Grads, scratch: str, steps: int) -> dict[str, float]:
+def training_loop(model: Grads, scratch: str, steps: int, work_size: int) -> dict[str, float]:
     """An asyncio training loop checkpointing its gradients every 10 steps: how long each
     checkpoint blocks the loop (ruda: the save() call, the copy and the write then running on
     ruda's threads, the save not awaited until the end; torch.save inline: the whole save),
     against the step's own time."""
-    work = torch.randn(768, 768)
+    work = torch.randn(work_size, work_size)
 
     def step_compute() -> None:
         for _ in range(4):
@@ -179,6 +179,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--loop", action="store_true")
     parser.add_argument("--loop-steps", type=int, default=30)
+    parser.add_argument("--loop-work", type=int, default=768,
+                        help="a step's compute: 4 products of square matrices of this size")
     parser.add_argument("--gil", action="store_true")
     parser.add_argument("--gil-seconds", type=float, default=2.0)
     parser.add_argument("--dir", default=".")
@@ -188,7 +190,7 @@ def main() -> None:
     model = Grads(args.count, args.elements)
     figures = save_load(model, args.dir, args.reps)
     if args.loop:
-        figures.update(training_loop(model, args.dir, args.loop_steps))
+        figures.update(training_loop(model, args.dir, args.loop_steps, args.loop_work))
     if args.gil:
         figures.update(gil(model, args.dir, args.gil_seconds))
     print("python.py:", json.dumps({k: round(v, 6) for k, v in figures.items()}))

@@ -6,9 +6,15 @@
 //   (the limit: the bytes must be copied once);
 //   checkpoint: the snapshot plus save_checkpoint_file (checksums, fsync, rename), against
 //   clone() plus torch::save of the gradient list and an fsync.
+// With --count, instead: the work bench/python.py times through `import ruda`, done through the
+// C++ API on the same tensors (`count` torch tensors of `elements` f32 each, named "t<i>"), so
+// that bench/run can say what the Python layer costs on top:
+//   save: try_to_record<torch_backend> (a copy of every tensor) + save_checkpoint_file;
+//   load: load_checkpoint_file + a copy of each tensor into the existing one (in place).
 // Figures are medians; --json writes them for bench/run.
 //
 //   torch_gradients [--width N] [--layers N] [--reps N] [--dir DIR] [--json PATH]
+//   torch_gradients --count N --elements N [--reps N] [--dir DIR] [--json PATH]
 #include "bench_util.hpp"
 
 #include <ruda/optim/module_gradients.hpp>
@@ -27,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -40,6 +47,8 @@ namespace fs = std::filesystem;
 struct settings {
     std::int64_t width = 2048;
     int layers = 8;
+    std::int64_t count = 0; // > 0: the flat tensors of bench/python.py instead of the MLP
+    std::int64_t elements = std::int64_t{1} << 20U;
     int reps = 5;
     fs::path dir = ".";
     std::optional<std::string> json;
@@ -50,10 +59,60 @@ void parse(int argc, char** argv, settings& s)
     bench::command_line{}
         .option("--width", s.width)
         .option("--layers", s.layers)
+        .option("--count", s.count)
+        .option("--elements", s.elements)
         .option("--reps", s.reps)
         .option("--dir", s.dir, "DIR")
         .option("--json", s.json, "PATH")
-        .parse(argc, argv, [&s] { return s.width > 0 && s.layers > 0 && s.reps >= 1; });
+        .parse(argc, argv, [&s] {
+            return s.width > 0 && s.layers > 0 && s.count >= 0 && s.elements > 0 && s.reps >= 1;
+        });
+}
+
+int flat_tensors(const settings& s)
+{
+    ruda::gradients_params grads;
+    std::unordered_map<std::uint64_t, torch::Tensor> by_id;
+    for (std::int64_t i = 0; i < s.count; ++i) {
+        std::string name = "t"; // not "t" + ...: GCC 12 warns falsely (-Wrestrict) on that
+        name += std::to_string(i);
+        const auto id = ruda::param_id::from_name(name);
+        auto tensor = torch::randn({s.elements});
+        grads.insert<tb>(id, ruda::tensor_primitive<tb>{tb::float_tensor::wrap(tensor).value()},
+                         name);
+        by_id.emplace(id.val(), tensor);
+    }
+    const fs::path path = s.dir / "torch-gradients-flat.ruda";
+    std::vector<double> save_times;
+    std::vector<double> load_times;
+    for (int r = 0; r < s.reps; ++r) {
+        fs::remove(path);
+        ::sync();
+        save_times.push_back(seconds([&] {
+            ruda::checkpoint contents{grads.try_to_record<tb>().value()};
+            ruda::save_checkpoint_file(path, contents).value();
+        }));
+        load_times.push_back(seconds([&] {
+            const auto loaded = ruda::load_checkpoint_file(path).value();
+            for (const ruda::gradient_entry& e : loaded.gradients().entries()) {
+                const torch::Tensor& into = by_id.at(e.id.val());
+                std::memcpy(into.data_ptr(), e.data.bytes().data(), e.data.bytes().size());
+            }
+        }));
+    }
+    fs::remove(path);
+    std::printf("torch_gradients: %lld tensors of %lld f32 (%.1f MiB), median of %d: save "
+                "%.2f ms, load + restore %.2f ms\n",
+                static_cast<long long>(s.count), static_cast<long long>(s.elements),
+                static_cast<double>(s.count * s.elements * 4) / (1 << 20), s.reps,
+                median(save_times) * 1e3, median(load_times) * 1e3);
+    if (s.json) {
+        bench::figures f;
+        f.add("save_s", median(save_times));
+        f.add("load_s", median(load_times));
+        f.write(*s.json);
+    }
+    return 0;
 }
 
 
@@ -68,6 +127,9 @@ int main(int argc, char** argv)
     settings s;
     parse(argc, argv, s);
     torch::manual_seed(0);
+    if (s.count > 0) {
+        return flat_tensors(s);
+    }
     torch::nn::Sequential model;
     for (int i = 0; i < s.layers; ++i) {
         model->push_back(torch::nn::Linear(s.width, s.width));

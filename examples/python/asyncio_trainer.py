@@ -34,7 +34,7 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> floa
     y = x.sum(dim=1, keepdim=True) * 0.1
     optimizer.zero_grad()
     loss = torch.nn.functional.mse_loss(model(x), y)
-    loss.backward()  # type: ignore[no-untyped-call]
+    loss.backward()
     optimizer.step()
     return float(loss.item())
 

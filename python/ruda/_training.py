@@ -85,7 +85,7 @@ def training_state(model: Any, optimizer: Any = None, step: Optional[int] = None
             "param_groups": _encode(state["param_groups"], "param_groups")}).encode()
     if rng:
         generators: dict[str, Any] = {"torch": torch.get_rng_state()}
-        initialized = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        initialized = torch.cuda.is_initialized()
         if torch.cuda.is_available() and initialized:
             for device, cuda_state in enumerate(torch.cuda.get_rng_state_all()):
                 generators[f"cuda.{device}"] = cuda_state
