@@ -11,8 +11,8 @@ from typing import Any, Optional, Union
 from . import _ruda
 from ._errors import invalid_argument
 from ._futures import SaveFutures
-from ._inputs import (PICKLED_SECTIONS, Gradients, TrainingState, check_step, groups_of,
-                      sections_of, tensor_pairs, _is_module)
+from ._inputs import (PICKLED_SECTIONS, Gradients, check_step, groups_of, sections_of,
+                      tensor_pairs, _is_module)
 from ._progress import Progress, progress_callback
 from ._ruda import Checkpoint, Future, Record
 from ._saved import NewestValid, Saved

@@ -1,5 +1,6 @@
 #include "checkpoints.hpp"
 
+#include "errors.hpp"
 #include "records.hpp"
 
 #include <ruda/checkpoint/checkpoint_manager.hpp>
@@ -46,6 +47,16 @@ py::object present_checkpoint(std::shared_ptr<const checkpoint> contents, bool a
     py::object out = py::cast(checkpoint_handle{std::move(contents)});
     out.attr("_allow_pickle") = py::bool_(allow_pickle);
     return out;
+}
+
+py::object present_saved(const saved_checkpoint& saved)
+{
+    py::object cleanup = py::none();
+    if (saved.cleanup_failure) {
+        cleanup = error_object(*saved.cleanup_failure);
+    }
+    return py::module_::import("ruda._saved")
+        .attr("Saved")(saved.step, saved.path.string(), saved.bytes, cleanup);
 }
 
 std::optional<std::string> pickle_refusal(const checkpoint& contents, bool allow_pickle)

@@ -7,6 +7,7 @@
 
 #include <ruda/checkpoint/checkpoint.hpp>
 #include <ruda/checkpoint/checkpoint_file.hpp>
+#include <ruda/checkpoint/saved_checkpoint.hpp>
 
 #include <pybind11/pybind11.h>
 
@@ -28,6 +29,9 @@ inline constexpr const char* pickled_sections = "python.pickled";
 /// unpickle only when `allow_pickle`.
 [[nodiscard]] pybind11::object present_checkpoint(std::shared_ptr<const checkpoint> contents,
                                                   bool allow_pickle);
+
+/// The Python object of a durable save (`ruda.Saved`), its cleanup failure an exception object.
+[[nodiscard]] pybind11::object present_saved(const saved_checkpoint& saved);
 
 /// Why a load must refuse `contents` (pickled sections, not allowed), or nothing.
 [[nodiscard]] std::optional<std::string> pickle_refusal(const checkpoint& contents,

@@ -39,27 +39,15 @@ void destroy_capsule(PyObject* capsule)
 
 DLDataType dlpack_type(const dtype& type, const std::string& key)
 {
-    const auto bits = static_cast<std::uint8_t>(type.size() * 8);
     switch (type.get_kind()) {
-    case dtype::kind::f64:
-    case dtype::kind::f32:
-    case dtype::kind::f16: return {kDLFloat, bits, 1};
-    case dtype::kind::flex32: return {kDLFloat, 32, 1};
-    case dtype::kind::bf16: return {kDLBfloat, 16, 1};
-    case dtype::kind::i64:
-    case dtype::kind::i32:
-    case dtype::kind::i16:
-    case dtype::kind::i8: return {kDLInt, bits, 1};
-    case dtype::kind::u64:
-    case dtype::kind::u32:
-    case dtype::kind::u16:
-    case dtype::kind::u8: return {kDLUInt, bits, 1};
-    case dtype::kind::boolean:
-        if (type.get_bool_store() == bool_store::u32) {
-            return {kDLUInt, 32, 1};
+    case dtype::kind::flex32: return *dlpack_type_of(dtype::kind::f32);
+    case dtype::kind::boolean: // DLPack 0.6 has no bool: its bytes, as unsigned integers
+        return *dlpack_type_of(type.get_bool_store() == bool_store::u32 ? dtype::kind::u32
+                                                                        : dtype::kind::u8);
+    default:
+        if (auto known = dlpack_type_of(type.get_kind())) {
+            return *known;
         }
-        return {kDLUInt, 8, 1};
-    case dtype::kind::qfloat: break;
     }
     throw_error(error{errc::invalid_dtype, "Tensor " + key + " is " + to_string(type) +
                                                ", which DLPack cannot describe; read its "

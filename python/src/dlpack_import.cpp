@@ -16,6 +16,25 @@ namespace {
 
 constexpr std::uint8_t dlpack_bool = 6; // kDLBool, in DLPack 0.8 and later
 
+// The DLPack types with a dtype of ruda's, both ways (bool: in only, DLPack 0.6 lacks it).
+struct dlpack_kind {
+    std::uint8_t code;
+    std::uint8_t bits;
+    dtype::kind kind;
+};
+constexpr dlpack_kind dlpack_kinds[] = {
+    {kDLFloat, 64, dtype::kind::f64},      {kDLFloat, 32, dtype::kind::f32},
+    {kDLFloat, 16, dtype::kind::f16},      {kDLBfloat, 16, dtype::kind::bf16},
+    {kDLInt, 64, dtype::kind::i64},        {kDLInt, 32, dtype::kind::i32},
+    {kDLInt, 16, dtype::kind::i16},        {kDLInt, 8, dtype::kind::i8},
+    {kDLUInt, 64, dtype::kind::u64},       {kDLUInt, 32, dtype::kind::u32},
+    {kDLUInt, 16, dtype::kind::u16},       {kDLUInt, 8, dtype::kind::u8},
+    {dlpack_bool, 8, dtype::kind::boolean}};
+
+const char* const not_contiguous =
+    "it is not contiguous (strides do not lay it out row-major without gaps); pass a "
+    "contiguous copy (.contiguous(), numpy.ascontiguousarray)";
+
 error refusal(errc code, const std::string& name, const std::string& why)
 {
     return error{code, "Tensor " + name + ": " + why};
@@ -101,6 +120,24 @@ bool attribute_true(py::handle object, const char* name)
 
 std::optional<error> refuse_device(py::handle tensor, const std::string& name);
 
+// A view of `dims` elements of `type` at `data`, named, its byte count checked for overflow:
+// what both ways of reading a tensor end with (its owner set by the caller).
+result<host_view> view_of(std::string name, dtype type, ruda::shape dims, std::uint8_t* data)
+{
+    const auto count = checked_num_elements(dims);
+    if (!count || count.value() > SIZE_MAX / type.size()) {
+        return refusal(errc::shape_overflow, name, "its shape " + to_string(dims) + " overflows");
+    }
+    host_view view;
+    view.name = std::move(name);
+    view.id = param_id::from_name(view.name);
+    view.type = type;
+    view.dims = std::move(dims);
+    view.bytes = count.value() * type.size();
+    view.data = data;
+    return view;
+}
+
 // An exact torch.Tensor read through its attributes, with the checks DLPack's path makes.
 result<host_view> borrow_torch_tensor(py::handle tensor, std::string name, const torch_types& torch)
 {
@@ -127,28 +164,19 @@ result<host_view> borrow_torch_tensor(py::handle tensor, std::string name, const
                            " is no dtype ruda has (f64, f32, f16, bf16, integers, bool)");
     }
     if (tensor.attr("is_contiguous")().ptr() != Py_True) {
-        return refusal(errc::invalid_tensor, name,
-                       "it is not contiguous (strides do not lay it out row-major without "
-                       "gaps); pass a contiguous copy (.contiguous(), numpy.ascontiguousarray)");
+        return refusal(errc::invalid_tensor, name, not_contiguous);
     }
-    host_view view;
     // dim() and size(d), not shape: torch builds a torch.Size for that, a microsecond each.
+    ruda::shape dims;
     const auto rank = tensor.attr("dim")().cast<std::size_t>();
     const py::object size = tensor.attr("size");
-    view.dims.reserve(rank);
+    dims.reserve(rank);
     for (std::size_t d = 0; d < rank; ++d) {
-        view.dims.push_back(size(d).cast<std::size_t>());
+        dims.push_back(size(d).cast<std::size_t>());
     }
-    auto count = checked_num_elements(view.dims);
-    if (!count || count.value() > SIZE_MAX / known->second.size()) {
-        return refusal(errc::shape_overflow, name, "its shape overflows");
-    }
-    view.name = std::move(name);
-    view.id = param_id::from_name(view.name);
-    view.type = known->second;
-    view.bytes = count.value() * known->second.size();
-    view.data = reinterpret_cast<std::uint8_t*>( // NOLINT: torch hands an address as an int
+    auto* data = reinterpret_cast<std::uint8_t*>( // NOLINT: torch hands an address as an int
         tensor.attr("data_ptr")().cast<std::uintptr_t>());
+    BOOST_OUTCOME_TRY(auto view, view_of(std::move(name), known->second, std::move(dims), data));
     view.tensor = python_reference{tensor};
     return view;
 }
@@ -229,21 +257,10 @@ result<host_view> from_capsule(const py::object& capsule, std::string name)
         dims.push_back(static_cast<std::size_t>(t.shape[d]));
     }
     if (!compact(t)) {
-        return refusal(errc::invalid_tensor, name,
-                       "it is not contiguous (strides do not lay it out row-major without "
-                       "gaps); pass a contiguous copy (.contiguous(), numpy.ascontiguousarray)");
+        return refusal(errc::invalid_tensor, name, not_contiguous);
     }
-    auto count = checked_num_elements(dims);
-    if (!count || count.value() > SIZE_MAX / type->size()) {
-        return refusal(errc::shape_overflow, name, "its shape " + to_string(dims) + " overflows");
-    }
-    host_view view;
-    view.name = std::move(name);
-    view.id = param_id::from_name(view.name);
-    view.type = *type;
-    view.dims = std::move(dims);
-    view.bytes = count.value() * type->size();
-    view.data = static_cast<std::uint8_t*>(t.data) + t.byte_offset;
+    BOOST_OUTCOME_TRY(auto view, view_of(std::move(name), *type, std::move(dims),
+                                         static_cast<std::uint8_t*>(t.data) + t.byte_offset));
     view.owner = std::move(owner);
     return view;
 }
@@ -275,47 +292,20 @@ void release_all(std::vector<host_view>& views)
 
 std::optional<dtype> dtype_of_dlpack(std::uint8_t code, std::uint8_t bits, std::uint16_t lanes)
 {
-    if (lanes != 1) {
-        return std::nullopt;
+    for (const dlpack_kind& k : dlpack_kinds) {
+        if (lanes == 1 && k.code == code && k.bits == bits) {
+            return dtype::from_kind(k.kind);
+        }
     }
-    switch (code) {
-    case kDLFloat:
-        if (bits == 64)
-            return dtype::f64();
-        if (bits == 32)
-            return dtype::f32();
-        if (bits == 16)
-            return dtype::f16();
-        break;
-    case kDLBfloat:
-        if (bits == 16)
-            return dtype::bf16();
-        break;
-    case kDLInt:
-        if (bits == 64)
-            return dtype::i64();
-        if (bits == 32)
-            return dtype::i32();
-        if (bits == 16)
-            return dtype::i16();
-        if (bits == 8)
-            return dtype::i8();
-        break;
-    case kDLUInt:
-        if (bits == 64)
-            return dtype::u64();
-        if (bits == 32)
-            return dtype::u32();
-        if (bits == 16)
-            return dtype::u16();
-        if (bits == 8)
-            return dtype::u8();
-        break;
-    case dlpack_bool:
-        if (bits == 8)
-            return dtype::boolean();
-        break;
-    default: break;
+    return std::nullopt;
+}
+
+std::optional<DLDataType> dlpack_type_of(dtype::kind kind)
+{
+    for (const dlpack_kind& k : dlpack_kinds) {
+        if (k.kind == kind && k.code != dlpack_bool) {
+            return DLDataType{k.code, k.bits, 1};
+        }
     }
     return std::nullopt;
 }

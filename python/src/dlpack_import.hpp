@@ -7,17 +7,16 @@
 #include <ruda/tensor/dtype.hpp>
 #include <ruda/tensor/tensor_data.hpp>
 
+#include <dlpack/dlpack.h>
 #include <pybind11/pybind11.h>
-
-#include <utility>
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
-
-struct DLManagedTensor;
 
 namespace ruda::python {
 
@@ -82,6 +81,9 @@ void release_all(std::vector<host_view>& views);
 /// DLPack, the producer refused, not contiguous, sparse), `errc::unsupported_device`,
 /// `errc::invalid_dtype`.
 [[nodiscard]] result<host_view> borrow_host_tensor(pybind11::handle tensor, std::string name);
+
+/// The DLPack type of a dtype kind DLPack 0.6 describes as it is (not flex32, bool or qfloat).
+[[nodiscard]] std::optional<DLDataType> dlpack_type_of(dtype::kind kind);
 
 /// The dtype for a DLPack type code and width; nothing for one ruda lacks.
 [[nodiscard]] std::optional<dtype> dtype_of_dlpack(std::uint8_t code, std::uint8_t bits,

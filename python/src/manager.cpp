@@ -24,18 +24,6 @@ namespace py = pybind11;
 
 namespace ruda::python {
 
-py::object present_saved(const saved_checkpoint& saved);
-
-py::object present_saved(const saved_checkpoint& saved)
-{
-    py::object cleanup = py::none();
-    if (saved.cleanup_failure) {
-        cleanup = error_object(*saved.cleanup_failure);
-    }
-    return py::module_::import("ruda._saved")
-        .attr("Saved")(saved.step, saved.path.string(), saved.bytes, cleanup);
-}
-
 namespace {
 
 // One save, from `save()` until its durable outcome is set and the manager released; also an

@@ -24,8 +24,6 @@ namespace py = pybind11;
 
 namespace ruda::python {
 
-py::object present_saved(const saved_checkpoint& saved);
-
 namespace {
 
 py::object present_record(gradients_params_record record)
@@ -196,9 +194,9 @@ std::vector<copy_plan> plan_copies(py::handle names, py::handle tensors, bool gr
 void restore(py::handle names, py::handle tensors, bool grads, const record_handle& record,
              bool every_entry, bool every_target, bool check_only)
 {
+    // The plans die with the GIL held (here), which drops every borrowed tensor at once.
     std::vector<copy_plan> plans =
         plan_copies(names, tensors, grads, record, {every_entry, every_target});
-    std::vector<host_view> borrowed;
     if (check_only) {
         return;
     }
@@ -226,11 +224,6 @@ void restore(py::handle names, py::handle tensors, bool grads, const record_hand
             }
         }
     }
-    borrowed.reserve(plans.size());
-    for (copy_plan& plan : plans) {
-        borrowed.push_back(std::move(plan.target));
-    }
-    release_all(borrowed); // GIL held: the producers' tensors dropped at once
     if (failure) {
         throw_error(*failure);
     }

@@ -93,6 +93,22 @@ result<std::vector<host_view>> borrow_all(py::handle names, py::handle tensors, 
     return views;
 }
 
+namespace {
+
+// Releases the views' producer tensors however the copy ends (`release_all`, one GIL hold).
+class release_when_done {
+public:
+    explicit release_when_done(std::vector<host_view>& views) : views_(views) {}
+    release_when_done(const release_when_done&) = delete;
+    release_when_done& operator=(const release_when_done&) = delete;
+    ~release_when_done() { release_all(views_); }
+
+private:
+    std::vector<host_view>& views_;
+};
+
+} // namespace
+
 result<gradients_params_record> copy_views(std::vector<host_view> views,
                                            const std::function<bool()>& stop)
 {
@@ -100,11 +116,13 @@ result<gradients_params_record> copy_views(std::vector<host_view> views,
     // model of 100,000 small tensors costs one allocation, not 100,000.
     constexpr std::size_t piece = std::size_t{4} << 20U;
     constexpr std::size_t small = std::size_t{64} << 10U;
-    constexpr std::size_t align = 64;
+    constexpr auto in_slab = [](std::size_t bytes) { return (bytes + 63) / 64 * 64; };
+    const release_when_done release{views};
+    const error cancelled{errc::cancelled, "The snapshot was cancelled"};
     std::size_t slab_bytes = 0;
     for (const host_view& view : views) {
         if (view.bytes < small) {
-            slab_bytes += (view.bytes + align - 1) / align * align;
+            slab_bytes += in_slab(view.bytes);
         }
     }
     BOOST_OUTCOME_TRY(auto slab, storage::try_allocate(slab_bytes));
@@ -120,40 +138,32 @@ result<gradients_params_record> copy_views(std::vector<host_view> views,
             if (since_asked >= piece) {
                 since_asked = 0;
                 if (stop()) {
-                    release_all(views);
-                    return error{errc::cancelled, "The snapshot was cancelled"};
+                    return cancelled;
                 }
             }
             if (view.bytes != 0) {
                 std::memcpy(slab_at + slab_used, view.data, view.bytes);
             }
             bytes = slab.slice(slab_used, view.bytes);
-            slab_used += (view.bytes + align - 1) / align * align;
+            slab_used += in_slab(view.bytes);
         } else {
-            auto own = storage::try_allocate(view.bytes);
-            if (!own) {
-                release_all(views);
-                return std::move(own).error();
-            }
-            std::uint8_t* to = own.value().writable_data();
+            BOOST_OUTCOME_TRY(auto own, storage::try_allocate(view.bytes));
+            std::uint8_t* to = own.writable_data();
             for (std::size_t at = 0; at < view.bytes; at += piece) {
                 if (stop()) {
-                    release_all(views);
-                    return error{errc::cancelled, "The snapshot was cancelled"};
+                    return cancelled;
                 }
                 std::memcpy(to + at, view.data + at, std::min(piece, view.bytes - at));
             }
-            bytes = std::move(own).value();
+            bytes = std::move(own);
         }
         entries.push_back({view.id, view.type,
                            tensor_data{std::move(bytes), std::move(view.dims), view.type},
                            std::move(view.name)});
     }
     if (stop()) {
-        release_all(views);
-        return error{errc::cancelled, "The snapshot was cancelled"};
+        return cancelled;
     }
-    release_all(views);
     return gradients_params_record{std::move(entries)};
 }
 

@@ -36,9 +36,14 @@ result<save_inputs> capture(py::handle groups, py::handle sections)
     }
     for (py::handle item : sections) {
         const auto pair = py::reinterpret_borrow<py::tuple>(item);
-        const auto bytes = pair[1].cast<std::string>();
+        char* data = nullptr;
+        Py_ssize_t size = 0;
+        if (PyBytes_AsStringAndSize(pair[1].ptr(), &data, &size) != 0) {
+            throw py::error_already_set();
+        }
+        const auto* bytes = reinterpret_cast<const std::uint8_t*>(data);
         inputs.sections.emplace_back(pair[0].cast<std::string>(),
-                                     std::vector<std::uint8_t>(bytes.begin(), bytes.end()));
+                                     std::vector<std::uint8_t>(bytes, bytes + size));
     }
     return inputs;
 }
