@@ -28,8 +28,17 @@ std::ostream& operator<<(std::ostream& os, param_id id) { return os << id.val();
 
 error parameter_error(std::string_view doing, param_id id, const error& cause)
 {
-    return error{cause.code(), std::string{doing} + " for parameter " + to_string(id) + ": " +
-                                   cause.message()};
+    return parameter_error(doing, id, {}, cause);
+}
+
+error parameter_error(std::string_view doing, param_id id, std::string_view name,
+                      const error& cause)
+{
+    std::string what = std::string{doing} + " for parameter " + to_string(id);
+    if (!name.empty()) {
+        what += " (" + std::string{name} + ")";
+    }
+    return error{cause.code(), what + ": " + cause.message()};
 }
 
 } // namespace ruda

@@ -257,6 +257,17 @@ BOOST_AUTO_TEST_CASE(a_failed_read_names_the_parameter_and_returns_no_record)
     // The second read in id order is parameter 97.
     BOOST_TEST(record->error().message().find("Reading gradient for parameter 97: ") == 0U);
     BOOST_TEST(device.stats().reads_issued == 2U);
+
+    // A parameter inserted with a name is named by it too.
+    const ruda::async_device failing{{.fail_read = 1}};
+    ruda::gradients_params named;
+    named.insert<gpu>(ruda::param_id{7}, gpu::float_from_data(floats({1.0F}), failing).value(),
+                      "fc1.weight");
+    auto failed = ruda::test::run_to_end(io, named.to_record_async<gpu>());
+    BOOST_REQUIRE(failed.has_value());
+    BOOST_REQUIRE(!*failed);
+    BOOST_TEST(failed->error().message().find("Reading gradient for parameter 7 (fc1.weight): ") ==
+               0U);
 }
 
 BOOST_AUTO_TEST_CASE(a_gradient_of_another_backend_is_an_error)

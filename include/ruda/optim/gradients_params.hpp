@@ -24,6 +24,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <variant>
@@ -333,9 +334,9 @@ private:
                                                  std::string{B::name()}};
     }
 
-    static error read_failed(param_id id, const error& cause)
+    static error read_failed(param_id id, std::string_view name, const error& cause)
     {
-        return parameter_error("Reading gradient", id, cause);
+        return parameter_error("Reading gradient", id, name, cause);
     }
 
     template <backend B>
@@ -349,8 +350,8 @@ private:
         auto data = co_await into_data<B>(*handle.tensor);
         if (!data) {
             co_return handle.group.empty()
-                ? read_failed(handle.id, data.error())
-                : parameter_error("Reading " + handle.group, handle.id, data.error());
+                ? read_failed(handle.id, handle.name, data.error())
+                : parameter_error("Reading " + handle.group, handle.id, handle.name, data.error());
         }
         progress.read_done(data.value().bytes().size());
         co_return gradient_entry{handle.id, original, std::move(data).value(), handle.name};
@@ -386,7 +387,7 @@ private:
         for (const found& f : tensors) {
             auto data = std::visit([](const auto& t) { return B::read_now(t); }, *f.tensor);
             if (!data) {
-                return read_failed(f.id, data.error());
+                return read_failed(f.id, *f.name, data.error());
             }
             progress.read_done(data.value().bytes().size());
             entries.push_back({f.id, dtype_of<B>(*f.tensor), std::move(data).value(), *f.name});

@@ -41,6 +41,10 @@ std::ostream& operator<<(std::ostream& os, param_id id);
 /// `cause`, code kept, its message behind "<doing> for parameter <id>: ": how a failure about
 /// one parameter names it ("Reading gradient for parameter 7: device read failed").
 [[nodiscard]] error parameter_error(std::string_view doing, param_id id, const error& cause);
+/// The same with the parameter's name, when it has one: "Reading gradient for parameter 7
+/// (fc1.weight): device read failed".
+[[nodiscard]] error parameter_error(std::string_view doing, param_id id, std::string_view name,
+                                    const error& cause);
 
 } // namespace ruda
 
