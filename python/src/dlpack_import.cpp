@@ -118,17 +118,15 @@ bool attribute_true(py::handle object, const char* name)
            Py_True;
 }
 
-std::optional<error> refuse_device(py::handle tensor, const std::string& name);
-
 // A view of `dims` elements of `type` at `data`, named, its byte count checked for overflow:
 // what both ways of reading a tensor end with (its owner set by the caller).
-result<host_view> view_of(std::string name, dtype type, ruda::shape dims, std::uint8_t* data)
+result<tensor_view> view_of(std::string name, dtype type, ruda::shape dims, std::uint8_t* data)
 {
     const auto count = checked_num_elements(dims);
     if (!count || count.value() > SIZE_MAX / type.size()) {
         return refusal(errc::shape_overflow, name, "its shape " + to_string(dims) + " overflows");
     }
-    host_view view;
+    tensor_view view;
     view.name = std::move(name);
     view.id = param_id::from_name(view.name);
     view.type = type;
@@ -138,18 +136,11 @@ result<host_view> view_of(std::string name, dtype type, ruda::shape dims, std::u
     return view;
 }
 
-// An exact torch.Tensor read through its attributes, with the checks DLPack's path makes.
-result<host_view> borrow_torch_tensor(py::handle tensor, std::string name, const torch_types& torch)
+// An exact torch.Tensor on the host read through its attributes, with the checks DLPack's path
+// makes.
+result<tensor_view> borrow_torch_tensor(py::handle tensor, std::string name,
+                                        const torch_types& torch)
 {
-    if (!attribute_true(tensor, "is_cpu")) {
-        if (auto refused = refuse_device(tensor, name)) {
-            return *refused;
-        }
-        return refusal(errc::unsupported_device, name,
-                       "it is on " + py::str(tensor.attr("device")).cast<std::string>() +
-                           "; ruda's Python module reads host tensors: copy it to the CPU "
-                           "first");
-    }
     if (tensor.attr("layout").ptr() != torch.strided) {
         return refusal(errc::invalid_tensor, name,
                        "it is " + py::str(tensor.attr("layout")).cast<std::string>() +
@@ -181,11 +172,12 @@ result<host_view> borrow_torch_tensor(py::handle tensor, std::string name, const
     return view;
 }
 
-// Refuses a tensor whose `__dlpack_device__` names a device that is not the host.
-std::optional<error> refuse_device(py::handle tensor, const std::string& name)
+// The DLPack device type of a producer's tensor, from its `__dlpack_device__` (the host when it
+// has none: its capsule says for sure); refused unless ruda reads memory there.
+result<int> device_of(py::handle tensor, const std::string& name)
 {
     if (!py::hasattr(tensor, "__dlpack_device__")) {
-        return std::nullopt;
+        return kDLCPU;
     }
     py::tuple device;
     try {
@@ -195,13 +187,13 @@ std::optional<error> refuse_device(py::handle tensor, const std::string& name)
                        "its __dlpack_device__ refused: " + std::string{e.what()});
     }
     const int type = device[0].cast<int>();
-    if (type == kDLCPU || type == kDLCUDAHost) {
-        return std::nullopt;
+    if (type == kDLCPU || type == kDLCUDAHost || type == kDLCUDA) {
+        return type;
     }
     return refusal(errc::unsupported_device, name,
                    "it is on " + device_name(type) + " device " +
                        py::str(device[1]).cast<std::string>() +
-                       "; ruda's Python module reads host tensors (CPU or pinned memory): "
+                       "; ruda reads host tensors (CPU or pinned memory) and CUDA tensors: "
                        "copy it to the CPU first");
 }
 
@@ -221,7 +213,8 @@ bool compact(const DLTensor& t)
     return true;
 }
 
-result<host_view> from_capsule(const py::object& capsule, std::string name)
+// The tensor in a capsule from `__dlpack__`, asked for as on device type `asked`.
+result<tensor_view> from_capsule(const py::object& capsule, std::string name, int asked)
 {
     if (PyCapsule_IsValid(capsule.ptr(), "dltensor") == 0) {
         return refusal(errc::invalid_tensor, name, "its __dlpack__ gave no unused DLPack capsule");
@@ -231,10 +224,16 @@ result<host_view> from_capsule(const py::object& capsule, std::string name)
     PyCapsule_SetName(capsule.ptr(), "used_dltensor");
     std::unique_ptr<DLManagedTensor, dlpack_release> owner{managed};
     const DLTensor& t = managed->dl_tensor;
-    if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost) {
+    const bool on_gpu = t.device.device_type == kDLCUDA;
+    if (on_gpu != (asked == kDLCUDA)) {
+        // A CUDA capsule asked for without a stream is not ordered after its producer's work.
+        return refusal(errc::invalid_tensor, name,
+                       "its __dlpack_device__ and its capsule name different devices");
+    }
+    if (!on_gpu && t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost) {
         return refusal(errc::unsupported_device, name,
                        "it is on " + device_name(t.device.device_type) +
-                           "; ruda's Python module reads host tensors");
+                           "; ruda reads host tensors and CUDA tensors");
     }
     const auto type = dtype_of_dlpack(t.dtype.code, t.dtype.bits, t.dtype.lanes);
     if (!type) {
@@ -244,6 +243,13 @@ result<host_view> from_capsule(const py::object& capsule, std::string name)
                            std::to_string(t.dtype.lanes) +
                            " lanes is no dtype ruda has (f64, f32, f16, bf16, signed and "
                            "unsigned integers of 8 to 64 bits)");
+    }
+    if (on_gpu && !type->is_float()) {
+        return refusal(errc::invalid_dtype, name,
+                       "it is " + to_string(*type) + " on CUDA device " +
+                           std::to_string(t.device.device_id) +
+                           "; ruda reads float tensors (f64, f32, f16, bf16) on a GPU: copy it "
+                           "to the CPU first");
     }
     if (t.ndim < 0 || static_cast<std::size_t>(t.ndim) > 64) {
         return refusal(errc::invalid_tensor, name,
@@ -261,8 +267,39 @@ result<host_view> from_capsule(const py::object& capsule, std::string name)
     }
     BOOST_OUTCOME_TRY(auto view, view_of(std::move(name), *type, std::move(dims),
                                          static_cast<std::uint8_t*>(t.data) + t.byte_offset));
+    if (on_gpu) {
+        view.cuda_ordinal = t.device.device_id;
+    }
     view.owner = std::move(owner);
     return view;
+}
+
+// A tensor through its `__dlpack__`; a CUDA one asked for on the legacy default stream.
+result<tensor_view> borrow_dlpack(py::handle tensor, std::string name)
+{
+    auto exporter =
+        py::reinterpret_steal<py::object>(PyObject_GetAttrString(tensor.ptr(), "__dlpack__"));
+    if (!exporter) {
+        PyErr_Clear();
+        return refusal(errc::invalid_tensor, name,
+                       "a " + type_name(tensor) +
+                           " has no __dlpack__; pass a torch tensor, a NumPy array or another "
+                           "DLPack tensor");
+    }
+    // The device first, so that a producer on one exports what is ordered on our stream.
+    int device = kDLCPU;
+    if (!host_producer(tensor)) {
+        BOOST_OUTCOME_TRY(device, device_of(tensor, name));
+    }
+    py::object capsule;
+    try {
+        capsule =
+            device == kDLCUDA ? exporter(py::arg("stream") = dlpack_legacy_stream) : exporter();
+    } catch (py::error_already_set& e) {
+        return refusal(errc::invalid_tensor, name,
+                       "its __dlpack__ refused: " + std::string{e.what()});
+    }
+    return from_capsule(capsule, std::move(name), device);
 }
 
 } // namespace
@@ -274,16 +311,19 @@ void dlpack_release::operator()(DLManagedTensor* managed) const noexcept
     }
 }
 
-void release_all(std::vector<host_view>& views)
+void release_all(std::vector<tensor_view>& views)
 {
+    if (views.empty()) {
+        return; // no GIL to take
+    }
     const bool held = with_gil([&views] {
-        for (host_view& view : views) {
+        for (tensor_view& view : views) {
             view.owner.reset();
             view.tensor.reset();
         }
     });
     if (!held) {
-        for (host_view& view : views) {
+        for (tensor_view& view : views) {
             view.owner.release();             // Python is exiting: its deleters must not run now
             view.tensor = python_reference{}; // leaked likewise (no GIL: not dropped)
         }
@@ -310,37 +350,21 @@ std::optional<DLDataType> dlpack_type_of(dtype::kind kind)
     return std::nullopt;
 }
 
-result<host_view> borrow_host_tensor(py::handle tensor, std::string name)
+result<tensor_view> borrow_tensor(py::handle tensor, std::string name)
 {
     if (const torch_types* torch = torch_if_imported()) {
         const auto* type = reinterpret_cast<PyObject*>(Py_TYPE(tensor.ptr()));
         if (type == torch->tensor || type == torch->parameter) {
-            return borrow_torch_tensor(tensor, std::move(name), *torch);
+            if (attribute_true(tensor, "is_cpu")) {
+                return borrow_torch_tensor(tensor, std::move(name), *torch);
+            }
+            if (attribute_true(tensor, "is_cuda")) {
+                // torch's __dlpack__ refuses a tensor that requires grad: an alias that does not.
+                return borrow_dlpack(tensor.attr("detach")(), std::move(name));
+            }
         }
     }
-    py::object capsule;
-    auto exporter =
-        py::reinterpret_steal<py::object>(PyObject_GetAttrString(tensor.ptr(), "__dlpack__"));
-    if (!exporter) {
-        PyErr_Clear();
-        return refusal(errc::invalid_tensor, name,
-                       "a " + type_name(tensor) +
-                           " has no __dlpack__; pass a torch tensor, a NumPy array or another "
-                           "DLPack tensor");
-    }
-    // A producer on a device is asked first, so that it exports nothing unsynchronized.
-    if (!host_producer(tensor)) {
-        if (auto refused = refuse_device(tensor, name)) {
-            return *refused;
-        }
-    }
-    try {
-        capsule = exporter();
-    } catch (py::error_already_set& e) {
-        return refusal(errc::invalid_tensor, name,
-                       "its __dlpack__ refused: " + std::string{e.what()});
-    }
-    return from_capsule(capsule, std::move(name));
+    return borrow_dlpack(tensor, std::move(name));
 }
 
 } // namespace ruda::python

@@ -1,5 +1,5 @@
 // Tensors in through DLPack: any object with `__dlpack__` (torch, NumPy, JAX, CuPy...) seen as
-// host memory ruda reads, checked before a byte is touched.
+// host or CUDA memory ruda reads, checked before a byte is touched.
 #pragma once
 
 #include <ruda/error.hpp>
@@ -54,33 +54,41 @@ private:
     PyObject* object_ = nullptr;
 };
 
-/// A producer's host tensor, borrowed: its memory stays valid while its owner lives, the
-/// DLPack tensor (the producer's deleter runs when it goes: NumPy's takes the GIL) or, for a
-/// torch tensor read directly, the tensor itself. Release many under one GIL hold,
-/// `release_all`.
-struct host_view {
+/// A producer's tensor, borrowed: its memory stays valid while its owner lives, the DLPack
+/// tensor (the producer's deleter runs when it goes: NumPy's takes the GIL) or, for a torch
+/// tensor read directly, the tensor itself. Host memory, or CUDA device memory (`cuda_ordinal`
+/// set, `data` the device address) made ready on the legacy default stream by the producer.
+/// Release many under one GIL hold, `release_all`.
+struct tensor_view {
     std::string name;
     param_id id{0};
     ruda::dtype type = dtype::f32();
     ruda::shape dims;
     std::uint8_t* data = nullptr;
     std::size_t bytes = 0;
+    std::optional<int> cuda_ordinal; // the GPU, for device memory
     std::unique_ptr<DLManagedTensor, dlpack_release> owner;
     python_reference tensor;
 };
 
 /// Releases every view's producer tensor, under one GIL hold when the interpreter lives (each
 /// NumPy deleter takes the GIL, a cost per tensor without it), else one by one.
-void release_all(std::vector<host_view>& views);
+void release_all(std::vector<tensor_view>& views);
 
-/// Borrows `tensor`, GIL held, through its `__dlpack__`: host memory (kDLCPU, kDLCUDAHost),
-/// compact row-major, a dtype ruda has. A `torch.Tensor` itself (not a subclass) is read
+/// The DLPack stream a consumer passes for CUDA's legacy default stream: the producer makes its
+/// work so far visible there, and ruda's reads and uploads are ordered after that stream.
+constexpr int dlpack_legacy_stream = 1;
+
+/// Borrows `tensor`, GIL held, through its `__dlpack__`: host memory (kDLCPU, kDLCUDAHost) or
+/// a float tensor in CUDA memory (kDLCUDA, asked for with `stream=dlpack_legacy_stream`),
+/// compact row-major, a dtype ruda has. A host `torch.Tensor` itself (not a subclass) is read
 /// through its own attributes instead (`data_ptr()`, `dtype`, `shape`): the same checks, a
 /// quarter of the cost, and a parameter (which requires grad, and so which torch's
-/// `__dlpack__` refuses) is taken too. Refusals name the tensor: `errc::invalid_tensor` (no
-/// DLPack, the producer refused, not contiguous, sparse), `errc::unsupported_device`,
-/// `errc::invalid_dtype`.
-[[nodiscard]] result<host_view> borrow_host_tensor(pybind11::handle tensor, std::string name);
+/// `__dlpack__` refuses) is taken too; a CUDA one goes through `.detach().__dlpack__`.
+/// Refusals name the tensor: `errc::invalid_tensor` (no DLPack, the producer refused, not
+/// contiguous, sparse), `errc::unsupported_device`, `errc::invalid_dtype` (also a CUDA tensor
+/// that is not float: ruda's CUDA backend reads float tensors).
+[[nodiscard]] result<tensor_view> borrow_tensor(pybind11::handle tensor, std::string name);
 
 /// The DLPack type of a dtype kind DLPack 0.6 describes as it is (not flex32, bool or qfloat).
 [[nodiscard]] std::optional<DLDataType> dlpack_type_of(dtype::kind kind);

@@ -1,5 +1,6 @@
 // `ruda._ruda`: the C++ core for Python. The pure-Python package `ruda` wraps it.
 #include "checkpoints.hpp"
+#include "cuda_devices.hpp"
 #include "errors.hpp"
 #include "future.hpp"
 #include "records.hpp"
@@ -26,5 +27,6 @@ PYBIND11_MODULE(_ruda, m)
     ruda::python::bind_records(m);
     ruda::python::bind_checkpoints(m);
     ruda::python::bind_manager(m);
+    ruda::python::bind_cuda_devices(m);
     ruda::python::bind_operations(m);
 }

@@ -1,6 +1,7 @@
 // The module's functions: snapshot, one checkpoint file saved and loaded, safetensors out and
 // in, and a record's tensors copied into existing tensors in place.
 #include "checkpoints.hpp"
+#include "cuda_devices.hpp"
 #include "errors.hpp"
 #include "jobs.hpp"
 #include "records.hpp"
@@ -34,10 +35,11 @@ py::object present_record(gradients_params_record record)
 
 std::shared_ptr<future_state> snapshot(py::handle names, py::handle tensors, bool grads)
 {
-    auto views = value_or_raise(borrow_all(names, tensors, grads));
+    auto borrowed =
+        std::make_shared<borrowed_tensors>(value_or_raise(borrow_snapshot(names, tensors, grads)));
     return start_job(
-        [views = std::make_shared<std::vector<host_view>>(std::move(views))](future_state& state) {
-            return copy_views(std::move(*views), [&state] { return state.cancel_requested(); });
+        [borrowed](future_state& state) {
+            return borrowed->read([&state] { return state.cancel_requested(); });
         },
         [](const gradients_params_record& record) { return present_record(record); });
 }
@@ -116,10 +118,12 @@ std::shared_ptr<future_state> import_safetensors_file(const std::filesystem::pat
                      [](const gradients_params_record& record) { return present_record(record); });
 }
 
-// One target and what goes into it, checked before any byte is written.
+// One target and what goes into it, checked before any byte is written; a CUDA target's
+// device, opened before any byte is written too.
 struct copy_plan {
-    host_view target;
+    tensor_view target;
     tensor_data source;
+    std::optional<cuda_device> device;
 };
 
 // How `restore` pairs a record with its targets.
@@ -172,7 +176,7 @@ std::vector<copy_plan> plan_copies(py::handle names, py::handle tensors, bool gr
     plans.reserve(pairs.size());
     for (const auto& [tensor, index] : pairs) {
         const gradient_entry& entry = entries[index];
-        auto target = value_or_raise(borrow_host_tensor(tensor, key_of(entry)));
+        auto target = value_or_raise(borrow_tensor(tensor, key_of(entry)));
         if (!(target.type == entry.dtype)) {
             throw_error(error{errc::invalid_dtype, "Tensor " + target.name + ": the target is " +
                                                        to_string(target.type) + ", the record's " +
@@ -184,7 +188,20 @@ std::vector<copy_plan> plan_copies(py::handle names, py::handle tensors, bool gr
                                                         to_string(target.dims) + ", the record's " +
                                                         to_string(entry.data.shape())});
         }
-        plans.push_back({std::move(target), entry.data});
+        std::optional<cuda_device> device;
+        if (target.cuda_ordinal) {
+            std::optional<result<cuda_device>> opened;
+            {
+                const py::gil_scoped_release release; // opening may initialise the driver
+                opened = cuda_device_for(*target.cuda_ordinal);
+            }
+            if (!*opened) {
+                throw_error(error{opened->error().code(),
+                                  "Tensor " + target.name + ": " + opened->error().message()});
+            }
+            device = std::move(*opened).value();
+        }
+        plans.push_back({std::move(target), entry.data, std::move(device)});
     }
     return plans;
 }
@@ -219,7 +236,18 @@ void restore(py::handle names, py::handle tensors, bool grads, const record_hand
                                     std::to_string(plan.target.bytes)};
                 break;
             }
-            if (!bytes.empty()) {
+            if (plan.device) {
+                // After the work on the legacy default stream, where the producer made its own
+                // work visible; that stream then waits for the copies.
+                auto uploaded =
+                    plan.device->upload_into(reinterpret_cast<cuda_device_ptr>(plan.target.data),
+                                             bytes.span(), cuda_stream{nullptr});
+                if (!uploaded) {
+                    failure = error{uploaded.error().code(), "Tensor " + plan.target.name + ": " +
+                                                                 uploaded.error().message()};
+                    break;
+                }
+            } else if (!bytes.empty()) {
                 std::memcpy(plan.target.data, bytes.data(), bytes.size());
             }
         }

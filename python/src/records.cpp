@@ -42,14 +42,14 @@ const std::unordered_map<std::string, std::size_t>& record_handle::keys() const
     return *by_key;
 }
 
-result<std::vector<host_view>> borrow_all(py::handle names, py::handle tensors, bool grads)
+result<std::vector<tensor_view>> borrow_all(py::handle names, py::handle tensors, bool grads)
 {
     const auto name_list = py::reinterpret_borrow<py::list>(names);
     const auto tensor_list = py::reinterpret_borrow<py::list>(tensors);
     if (name_list.size() != tensor_list.size()) {
         throw py::value_error("as many names as tensors");
     }
-    std::vector<host_view> views;
+    std::vector<tensor_view> views;
     views.reserve(name_list.size());
     for (std::size_t i = 0; i < name_list.size(); ++i) {
         py::handle tensor = tensor_list[i];
@@ -71,14 +71,13 @@ result<std::vector<host_view>> borrow_all(py::handle names, py::handle tensors, 
         if (size == 0) {
             return error{errc::malformed_record, "A tensor has an empty name"};
         }
-        BOOST_OUTCOME_TRY(
-            auto view,
-            borrow_host_tensor(tensor, std::string{utf8, static_cast<std::size_t>(size)}));
+        BOOST_OUTCOME_TRY(auto view,
+                          borrow_tensor(tensor, std::string{utf8, static_cast<std::size_t>(size)}));
         views.push_back(std::move(view));
     }
     // In id order, which the record keeps; two of one id are refused before any copy.
     std::sort(views.begin(), views.end(),
-              [](const host_view& a, const host_view& b) { return a.id < b.id; });
+              [](const tensor_view& a, const tensor_view& b) { return a.id < b.id; });
     for (std::size_t i = 1; i < views.size(); ++i) {
         if (views[i].id == views[i - 1].id) {
             const std::string& first = views[i - 1].name;
@@ -93,23 +92,29 @@ result<std::vector<host_view>> borrow_all(py::handle names, py::handle tensors, 
     return views;
 }
 
+result<borrowed_tensors> borrow_snapshot(py::handle names, py::handle tensors, bool grads)
+{
+    BOOST_OUTCOME_TRY(auto views, borrow_all(names, tensors, grads));
+    return borrowed_tensors::take(std::move(views));
+}
+
 namespace {
 
 // Releases the views' producer tensors however the copy ends (`release_all`, one GIL hold).
 class release_when_done {
 public:
-    explicit release_when_done(std::vector<host_view>& views) : views_(views) {}
+    explicit release_when_done(std::vector<tensor_view>& views) : views_(views) {}
     release_when_done(const release_when_done&) = delete;
     release_when_done& operator=(const release_when_done&) = delete;
     ~release_when_done() { release_all(views_); }
 
 private:
-    std::vector<host_view>& views_;
+    std::vector<tensor_view>& views_;
 };
 
 } // namespace
 
-result<gradients_params_record> copy_views(std::vector<host_view> views,
+result<gradients_params_record> copy_views(std::vector<tensor_view> views,
                                            const std::function<bool()>& stop)
 {
     // Small tensors share one allocation (a slice each), large ones have their own: a
@@ -120,7 +125,7 @@ result<gradients_params_record> copy_views(std::vector<host_view> views,
     const release_when_done release{views};
     const error cancelled{errc::cancelled, "The snapshot was cancelled"};
     std::size_t slab_bytes = 0;
-    for (const host_view& view : views) {
+    for (const tensor_view& view : views) {
         if (view.bytes < small) {
             slab_bytes += in_slab(view.bytes);
         }
@@ -131,7 +136,7 @@ result<gradients_params_record> copy_views(std::vector<host_view> views,
     std::vector<gradient_entry> entries;
     entries.reserve(views.size());
     std::size_t since_asked = 0;
-    for (host_view& view : views) {
+    for (tensor_view& view : views) {
         storage bytes;
         if (view.bytes < small) {
             since_asked += view.bytes;

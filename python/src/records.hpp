@@ -3,6 +3,7 @@
 // tensors into one, off the GIL.
 #pragma once
 
+#include "borrowed_tensors.hpp"
 #include "dlpack_import.hpp"
 
 #include <ruda/optim/gradients_params_record.hpp>
@@ -45,13 +46,17 @@ struct tensor_handle {
 /// its name, GIL held, in id order; with `grads`, each tensor's `.grad` (a parameter's),
 /// leaving out those that are None. A name given twice, or two names of one id, is
 /// `errc::duplicate_param_id` before anything is copied.
-[[nodiscard]] result<std::vector<host_view>> borrow_all(pybind11::handle names,
-                                                        pybind11::handle tensors, bool grads);
+[[nodiscard]] result<std::vector<tensor_view>> borrow_all(pybind11::handle names,
+                                                          pybind11::handle tensors, bool grads);
 
-/// Copies the views (in id order, as `borrow_all` gives them) into memory of ruda's own, then
+/// `borrow_all`, then `borrowed_tensors::take`: what a snapshot or a save starts with.
+[[nodiscard]] result<borrowed_tensors> borrow_snapshot(pybind11::handle names,
+                                                       pybind11::handle tensors, bool grads);
+
+/// Copies the host views (in id order, as `borrow_all` gives them) into memory of ruda's own, then
 /// releases the producers' tensors (`release_all`); `stop()` is asked between pieces of at
 /// most 4 MiB, and a true answer ends it with `errc::cancelled`. No GIL needed.
-[[nodiscard]] result<gradients_params_record> copy_views(std::vector<host_view> views,
+[[nodiscard]] result<gradients_params_record> copy_views(std::vector<tensor_view> views,
                                                          const std::function<bool()>& stop);
 
 void bind_records(pybind11::module_& m);

@@ -21,18 +21,19 @@ result<save_inputs> capture(py::handle groups, py::handle sections)
         }
         if (py::isinstance<record_handle>(pair[1])) {
             inputs.groups.push_back(
-                {std::move(name), {}, pair[1].cast<const record_handle&>().record});
+                {std::move(name), std::nullopt, pair[1].cast<const record_handle&>().record});
             continue;
         }
         const auto lists = pair[1].cast<py::tuple>();
-        auto views = borrow_all(lists[0], lists[1], lists[2].cast<bool>());
-        if (!views) {
+        auto tensors = borrow_snapshot(lists[0], lists[1], lists[2].cast<bool>());
+        if (!tensors) {
             if (name == checkpoint::gradients_group) {
-                return std::move(views).error();
+                return std::move(tensors).error();
             }
-            return error{views.error().code(), "Group " + name + ": " + views.error().message()};
+            return error{tensors.error().code(),
+                         "Group " + name + ": " + tensors.error().message()};
         }
-        inputs.groups.push_back({std::move(name), std::move(views).value(), nullptr});
+        inputs.groups.push_back({std::move(name), std::move(tensors).value(), nullptr});
     }
     for (py::handle item : sections) {
         const auto pair = py::reinterpret_borrow<py::tuple>(item);
@@ -56,7 +57,7 @@ result<checkpoint> assemble(save_inputs inputs, const std::function<bool()>& sto
             BOOST_OUTCOME_TRY(contents.put_group(group.name, *group.record)); // bytes shared
             continue;
         }
-        auto copied = copy_views(std::move(group.views), stop);
+        auto copied = group.tensors->read(stop);
         if (!copied) {
             return std::move(copied).error();
         }

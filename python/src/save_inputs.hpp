@@ -3,7 +3,7 @@
 // off it.
 #pragma once
 
-#include "dlpack_import.hpp"
+#include "borrowed_tensors.hpp"
 
 #include <ruda/checkpoint/checkpoint.hpp>
 
@@ -12,16 +12,18 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace ruda::python {
 
-/// One group: tensors to copy, or a record already in host memory (shared, not copied).
+/// One group: borrowed tensors to read, or a record already in host memory (shared, not
+/// copied).
 struct group_input {
     std::string name;
-    std::vector<host_view> views;
+    std::optional<borrowed_tensors> tensors;
     std::shared_ptr<const gradients_params_record> record;
 };
 
@@ -32,12 +34,13 @@ struct save_inputs {
 
 /// `groups`: `(name, ruda.Record or (names, tensors, grads))` pairs (`borrow_all`'s
 /// arguments); `sections`:
-/// `(name, bytes)` pairs. Borrows every tensor (`borrow_all`), GIL held; a group name that is
-/// invalid or given twice is `errc::malformed_record`.
+/// `(name, bytes)` pairs. Borrows every tensor (`borrow_all`) and takes the snapshot of the
+/// CUDA ones (`borrowed_tensors::take`), GIL held; a group name that is invalid or given twice
+/// is `errc::malformed_record`.
 [[nodiscard]] result<save_inputs> capture(pybind11::handle groups, pybind11::handle sections);
 
-/// The checkpoint: borrowed groups copied (`copy_views`, asking `stop` as it goes), groups and
-/// sections put under their names. No GIL needed.
+/// The checkpoint: borrowed groups read (`borrowed_tensors::read`, asking `stop` as it goes),
+/// groups and sections put under their names. No GIL needed.
 [[nodiscard]] result<checkpoint> assemble(save_inputs inputs, const std::function<bool()>& stop);
 
 } // namespace ruda::python

@@ -165,16 +165,16 @@ def test_a_name_given_twice_is_refused() -> None:
     assert raised.value.code == "duplicate_param_id"
 
 
-def test_a_device_tensor_is_refused_by_device() -> None:
-    class OnGpu:
+def test_a_tensor_on_a_device_other_than_cuda_is_refused_by_device() -> None:
+    class OnRocm:
         def __dlpack_device__(self) -> tuple[int, int]:
-            return (2, 1)
+            return (10, 1)
 
         def __dlpack__(self, stream: object = None) -> object:
             raise AssertionError("not to be called")
 
-    with pytest.raises(ruda.Error, match="Tensor g: it is on CUDA device 1") as raised:
-        ruda.snapshot({"g": OnGpu()})
+    with pytest.raises(ruda.Error, match="Tensor g: it is on ROCm device 1") as raised:
+        ruda.snapshot({"g": OnRocm()})
     assert raised.value.code == "unsupported_device"
 
 
