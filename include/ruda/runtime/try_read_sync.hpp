@@ -131,8 +131,13 @@ try_read_sync(Factory&& factory, const sync_read_options& options = {})
         }
         // A device thread that posted the completion may still be inside that post; it holds
         // work on the context until it is out, so let the work drain before destroying it.
+        // One still inside after the grace (a thread starved for that long) keeps the context:
+        // it is abandoned, never destroyed under that thread.
         io.restart();
         io.run_for(options.unwind_grace);
+        if (!io.stopped()) {
+            detail::abandon_context(std::move(context));
+        }
     } catch (...) {
         // A handler threw out of run(): the read's frame is destroyed with the context.
         return error_from_exception(std::current_exception(), "try_read_sync");
