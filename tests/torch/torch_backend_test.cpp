@@ -15,6 +15,9 @@
 #include <boost/asio/post.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <malloc.h>
+
+#include <cstdlib>
 #include <cstring>
 #include <future>
 
@@ -34,6 +37,22 @@ torch::Tensor random_bits(torch::ScalarType type, const std::vector<std::int64_t
         .view(type)
         .reshape(sizes);
 }
+
+// Glibc's MALLOC_PERTURB_ (which Meson sets at random for each test) fills every allocation
+// with a byte: for a tensor of 512 MiB, a memset that no cancel can stop, taking minutes at
+// nice 19 on a loaded machine. Off while it lives, for a test about the copy after it.
+class malloc_perturb_off {
+public:
+    malloc_perturb_off() { mallopt(M_PERTURB, 0); }
+    ~malloc_perturb_off()
+    {
+        if (const char* byte = std::getenv("MALLOC_PERTURB_")) {
+            mallopt(M_PERTURB, std::atoi(byte));
+        }
+    }
+    malloc_perturb_off(const malloc_perturb_off&) = delete;
+    malloc_perturb_off& operator=(const malloc_perturb_off&) = delete;
+};
 
 bool same_bytes(const torch::Tensor& a, const torch::Tensor& b)
 {
@@ -173,7 +192,10 @@ BOOST_AUTO_TEST_CASE(a_cancelled_read_completes_promptly_with_cancelled)
     boost::asio::io_context io;
     // 512 MiB: a copy this size takes well over 10 ms on any machine, so the cancel below
     // arrives while the read is queued or copying, and the copy stops at its next 4 MiB piece.
-    // Left unfilled: filling it was most of the test's time, over 20 s on a starved machine.
+    // Left unfilled, and not filled by malloc either: filling the tensor and the read's record
+    // (2 x 512 MiB that no cancel can stop) was most of the test's time, and under
+    // MALLOC_PERTURB_ at nice 19 on a loaded machine took past the 20 s watchdog it had.
+    const malloc_perturb_off unfilled;
     const auto big = wrap(torch::empty({128 << 20}));
     boost::asio::cancellation_signal cancel;
     auto out = ruda::test::spawn(io, tb::float_into_data(big), &cancel);
