@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import struct
 import subprocess
@@ -17,7 +18,9 @@ torch = pytest.importorskip("torch")  # the torch cases need Debian's python3-to
 
 
 def inspect(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([tool, *args], capture_output=True, text=True, timeout=120)
+    # Without a preloaded sanitizer runtime (the suite under ASan): the tool has its own.
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    return subprocess.run([tool, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_cpp_loads_what_python_wrote(tmp_path: pathlib.Path, ruda_inspect: str) -> None:
