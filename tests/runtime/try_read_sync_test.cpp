@@ -236,16 +236,23 @@ BOOST_AUTO_TEST_CASE(a_read_that_ignores_cancellation_is_abandoned_not_awaited)
 
 namespace {
 
-// A read completed from a thread of its own that goes on holding work on the reader's context
-// until `leave` is set: a device thread starved inside its post() of the completion.
-boost::asio::awaitable<ruda::result<int>>
-complete_and_linger(std::shared_future<void> leave, std::thread& lingering)
+// A thread that completed a read and goes on holding work on the reader's context until
+// `leave` is set: a device thread starved inside its post() of the completion.
+struct lingering_thread {
+    std::promise<void> leave;
+    std::thread thread;
+};
+
+// Not a coroutine (GCC 12 destroys a by-value parameter's copies once too often in some
+// coroutines): the read's initiation starts the thread when the read is awaited.
+boost::asio::awaitable<ruda::result<int>> complete_and_linger(lingering_thread& lingering)
 {
-    co_return co_await boost::asio::async_initiate<const boost::asio::use_awaitable_t<>&,
-                                                   void(ruda::result<int>)>(
-        [&lingering, leave](auto handler) {
+    return boost::asio::async_initiate<const boost::asio::use_awaitable_t<>&,
+                                       void(ruda::result<int>)>(
+        [&lingering](auto handler) {
             auto work = ruda::detail::track_work(boost::asio::get_associated_executor(handler));
-            lingering = std::thread{[work, leave, h = std::move(handler)]() mutable {
+            lingering.thread = std::thread{[work, leave = lingering.leave.get_future(),
+                                            h = std::move(handler)]() mutable {
                 boost::asio::post(work, [h = std::move(h)]() mutable { std::move(h)(7); });
                 leave.wait(); // still holding `work`
             }};
@@ -258,17 +265,15 @@ complete_and_linger(std::shared_future<void> leave, std::thread& lingering)
 BOOST_AUTO_TEST_CASE(a_context_a_thread_still_holds_work_on_is_abandoned_not_destroyed)
 {
     const ruda::test::watchdog guard{"a_context_a_thread_still_holds_work_on"};
-    std::promise<void> leave;
-    std::thread lingering;
-    auto value = ruda::try_read_sync(
-        [&] { return complete_and_linger(leave.get_future().share(), lingering); },
-        {.unwind_grace = 20ms});
+    lingering_thread lingering;
+    auto value = ruda::try_read_sync([&] { return complete_and_linger(lingering); },
+                                     {.unwind_grace = 20ms});
     BOOST_REQUIRE(value);
     BOOST_TEST(value.value() == 7);
     // The context outlived the grace with the thread's work on it: destroyed then, the thread's
     // last touch of it below would be a use after free (ASan reports it; Release may crash).
-    leave.set_value();
-    lingering.join();
+    lingering.leave.set_value();
+    lingering.thread.join();
 }
 
 BOOST_AUTO_TEST_CASE(exceptions_become_errors)
