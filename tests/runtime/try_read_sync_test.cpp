@@ -243,8 +243,8 @@ struct lingering_thread {
     std::thread thread;
 };
 
-// Not a coroutine (GCC 12 destroys a by-value parameter's copies once too often in some
-// coroutines): the read's initiation starts the thread when the read is awaited.
+// Not a coroutine: one that took the future by value had a reference to its state released once
+// too often in the GCC 12 (TSan) build. The read's initiation starts the thread when awaited.
 boost::asio::awaitable<ruda::result<int>> complete_and_linger(lingering_thread& lingering)
 {
     return boost::asio::async_initiate<const boost::asio::use_awaitable_t<>&,
