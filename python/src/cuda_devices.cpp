@@ -42,11 +42,9 @@ std::optional<error> refuse_after_fork(const open_devices& all)
     return std::nullopt;
 }
 
-result<cuda_device> open_locked(open_devices& all, cuda_device::options options)
+// Under the registry's lock, once `refuse_after_fork` has passed: opens and keeps the device.
+result<cuda_device> open_and_keep(open_devices& all, cuda_device::options options)
 {
-    if (auto refused = refuse_after_fork(all)) {
-        return *refused;
-    }
     const int ordinal = options.ordinal;
     BOOST_OUTCOME_TRY(auto device, cuda_device::open(std::move(options)));
     all.opened_in = ::getpid();
@@ -73,9 +71,12 @@ cuda_device open_with(int ordinal, const std::string& driver_library, std::size_
         const py::gil_scoped_release release;
         open_devices& all = devices();
         const std::lock_guard lock{all.mutex};
-        already = all.by_ordinal.count(ordinal) != 0 && !refuse_after_fork(all);
-        if (!already) {
-            opened = open_locked(all, std::move(options));
+        if (auto refused = refuse_after_fork(all)) {
+            opened = *refused;
+        } else if (all.by_ordinal.count(ordinal) != 0) {
+            already = true;
+        } else {
+            opened = open_and_keep(all, std::move(options));
         }
     }
     if (already) {
@@ -118,7 +119,7 @@ result<cuda_device> cuda_device_for(int ordinal)
     }
     cuda_device::options options;
     options.ordinal = ordinal;
-    return open_locked(all, std::move(options));
+    return open_and_keep(all, std::move(options));
 }
 
 void bind_cuda_devices(py::module_& m)
