@@ -51,8 +51,8 @@ std::filesystem::path saved_sample(const temp_dir& dir)
     return path;
 }
 
-void expect_error(const std::filesystem::path& path, errc code, const std::string& text,
-                  const ruda::checkpoint_load_options& options = {})
+void expect_load_error(const std::filesystem::path& path, errc code, const std::string& text,
+                       const ruda::checkpoint_load_options& options = {})
 {
     const auto loaded = ruda::load_checkpoint_file(path, options);
     BOOST_REQUIRE(!loaded);
@@ -183,8 +183,8 @@ BOOST_AUTO_TEST_CASE(partial_load_reads_only_the_selected_gradients)
     edit_file(path, [other](auto& b) { b[other] ^= 0x01; });
     BOOST_CHECK(ruda::load_checkpoint_file(path, {.only_ids = std::vector<ruda::param_id>{ruda::param_id{3}}}));
 
-    expect_error(path, errc::missing_gradient, "has no gradient for parameter 99",
-                 {.only_ids = std::vector<ruda::param_id>{ruda::param_id{3}, ruda::param_id{99}}});
+    expect_load_error(path, errc::missing_gradient, "has no gradient for parameter 99",
+                      {.only_ids = std::vector<ruda::param_id>{ruda::param_id{3}, ruda::param_id{99}}});
 }
 
 BOOST_AUTO_TEST_CASE(a_reader_loads_keeping_its_index_or_consumed_without_it)
@@ -224,37 +224,37 @@ BOOST_AUTO_TEST_CASE(a_newer_format_version_asks_for_an_upgrade)
         f.format_version = 2;
         f.producer = {3, 1, 4};
     });
-    expect_error(path, errc::unsupported_version,
-                 "checkpoint format version 2 (written by ruda 3.1.4) is newer than this ruda "
-                 RUDA_VERSION_STRING " reads (format version 1); upgrade ruda");
+    expect_load_error(path, errc::unsupported_version,
+                      "checkpoint format version 2 (written by ruda 3.1.4) is newer than this ruda "
+                      RUDA_VERSION_STRING " reads (format version 1); upgrade ruda");
     ruda::test::write_bytes(path, whole);
     ruda::test::rewrite(path, [](auto&) {}, [](ruda::detail::frame& f) { f.flags = 8; });
-    expect_error(path, errc::unsupported_version, "flags 8");
+    expect_load_error(path, errc::unsupported_version, "flags 8");
     ruda::test::write_bytes(path, whole);
     ruda::test::rewrite(path, [](auto&) {}, [](ruda::detail::frame& f) { f.format_version = 0; });
-    expect_error(path, errc::malformed_record, "version 0");
+    expect_load_error(path, errc::malformed_record, "version 0");
 }
 
 BOOST_AUTO_TEST_CASE(foreign_short_and_truncated_files_are_malformed)
 {
     const temp_dir dir;
     ruda::test::write_bytes(dir / "text", std::vector<std::uint8_t>(200, 'x'));
-    expect_error(dir / "text", errc::malformed_record, "not a ruda checkpoint");
+    expect_load_error(dir / "text", errc::malformed_record, "not a ruda checkpoint");
     ruda::test::write_bytes(dir / "empty", {});
-    expect_error(dir / "empty", errc::malformed_record, "too short");
-    expect_error(dir / "missing", errc::io_error, "open");
-    expect_error(dir.path(), errc::malformed_record, "not a regular file");
+    expect_load_error(dir / "empty", errc::malformed_record, "too short");
+    expect_load_error(dir / "missing", errc::io_error, "open");
+    expect_load_error(dir.path(), errc::malformed_record, "not a regular file");
 
     const auto path = saved_sample(dir);
     const auto whole = ruda::test::read_bytes(path);
     for (const std::size_t keep : {whole.size() - 1, whole.size() - 32, whole.size() / 2, std::size_t{100}}) {
         ruda::test::write_bytes(path, {whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(keep)});
-        expect_error(path, errc::malformed_record, "(truncated or extended)");
+        expect_load_error(path, errc::malformed_record, "(truncated or extended)");
     }
     auto longer = whole;
     longer.push_back(0);
     ruda::test::write_bytes(path, longer);
-    expect_error(path, errc::malformed_record, "(truncated or extended)");
+    expect_load_error(path, errc::malformed_record, "(truncated or extended)");
 }
 
 BOOST_AUTO_TEST_CASE(corrupt_frame_bytes_fail_their_checksums)
@@ -265,23 +265,23 @@ BOOST_AUTO_TEST_CASE(corrupt_frame_bytes_fail_their_checksums)
     const auto header_offset = ruda::test::le64(whole, 24);
 
     edit_file(path, [](auto& b) { b[33] ^= 0x10; }); // header length in the preamble
-    expect_error(path, errc::checksum_mismatch, "preamble checksum mismatch");
+    expect_load_error(path, errc::checksum_mismatch, "preamble checksum mismatch");
 
     ruda::test::write_bytes(path, whole);
     edit_file(path, [header_offset](auto& b) { b[header_offset + 20] ^= 0x01; });
-    expect_error(path, errc::checksum_mismatch, "header checksum mismatch");
+    expect_load_error(path, errc::checksum_mismatch, "header checksum mismatch");
 
     ruda::test::write_bytes(path, whole);
     edit_file(path, [](auto& b) { b[b.size() - 3] ^= 0x01; }); // the trailer's own checksum
-    expect_error(path, errc::checksum_mismatch, "trailer checksum mismatch");
+    expect_load_error(path, errc::checksum_mismatch, "trailer checksum mismatch");
 
     ruda::test::write_bytes(path, whole);
     edit_file(path, [](auto& b) { b[b.size() - 32] = 'X'; });
-    expect_error(path, errc::malformed_record, "no trailer");
+    expect_load_error(path, errc::malformed_record, "no trailer");
 
     ruda::test::write_bytes(path, whole);
     edit_file(path, [](auto& b) { b[0] = 'r'; });
-    expect_error(path, errc::malformed_record, "no RUDACKPT magic");
+    expect_load_error(path, errc::malformed_record, "no RUDACKPT magic");
 }
 
 BOOST_AUTO_TEST_CASE(corrupt_payloads_fail_their_checksums_unless_skipped)
@@ -291,7 +291,8 @@ BOOST_AUTO_TEST_CASE(corrupt_payloads_fail_their_checksums_unless_skipped)
     const auto index = ruda::checkpoint_reader::open(path).value().index();
     const auto& target = index.entries[4]; // parameter 5
     edit_file(path, [&](auto& b) { b[target.payload.offset + 1] ^= 0x80; });
-    expect_error(path, errc::checksum_mismatch, "checksum mismatch in the gradient of parameter 5");
+    expect_load_error(path, errc::checksum_mismatch,
+                      "checksum mismatch in the gradient of parameter 5");
     const auto reader = ruda::checkpoint_reader::open(path).value();
     BOOST_TEST(!reader.payload_intact(target.payload).value());
 
@@ -305,7 +306,7 @@ BOOST_AUTO_TEST_CASE(corrupt_payloads_fail_their_checksums_unless_skipped)
         b[target.payload.offset + 1] ^= 0x80;
         b[section.payload.offset] ^= 0x01;
     });
-    expect_error(path, errc::checksum_mismatch, "checksum mismatch in section step");
+    expect_load_error(path, errc::checksum_mismatch, "checksum mismatch in section step");
 }
 
 BOOST_AUTO_TEST_CASE(padding_between_payloads_must_be_zero)
@@ -316,7 +317,7 @@ BOOST_AUTO_TEST_CASE(padding_between_payloads_must_be_zero)
     const auto& first = index.entries[0].payload; // 48 bytes, then 16 bytes of padding
     BOOST_REQUIRE(first.length % 64 != 0);
     edit_file(path, [&](auto& b) { b[first.offset + first.length + 3] = 0x5a; });
-    expect_error(path, errc::malformed_record, "nonzero padding between offsets");
+    expect_load_error(path, errc::malformed_record, "nonzero padding between offsets");
     // A partial load reads only what it needs.
     BOOST_CHECK(ruda::load_checkpoint_file(path, {.only_ids = std::vector<ruda::param_id>{ruda::param_id{2}}}));
 }
@@ -340,15 +341,17 @@ BOOST_AUTO_TEST_CASE(an_oversized_header_is_refused_before_it_is_read)
     const temp_dir dir;
     const auto path = saved_sample(dir);
     const auto whole = ruda::test::read_bytes(path);
-    expect_error(path, errc::malformed_record, "exceeds the limit of 100", {.max_header_bytes = 100});
+    expect_load_error(path, errc::malformed_record,
+                      "exceeds the limit of 100", {.max_header_bytes = 100});
     // A header that claims more than the file holds, a little or vastly.
     ruda::test::rewrite(path, [](auto&) {}, [](ruda::detail::frame& f) { f.header_length += 1000; });
-    expect_error(path, errc::malformed_record, "does not end 32 bytes before the end of the file");
+    expect_load_error(path, errc::malformed_record,
+                      "does not end 32 bytes before the end of the file");
     ruda::test::write_bytes(path, whole);
     ruda::test::rewrite(path, [](auto&) {}, [](ruda::detail::frame& f) {
         f.header_length = std::uint64_t{1} << 40U;
     });
-    expect_error(path, errc::malformed_record, "exceeds the limit of 67108864");
+    expect_load_error(path, errc::malformed_record, "exceeds the limit of 67108864");
 }
 
 BOOST_AUTO_TEST_CASE(payloads_outside_the_area_misaligned_or_overlapping_are_refused)
@@ -369,7 +372,7 @@ BOOST_AUTO_TEST_CASE(payloads_outside_the_area_misaligned_or_overlapping_are_ref
     for (const auto& [edit, text] : cases) {
         ruda::test::write_bytes(path, whole);
         ruda::test::rewrite(path, edit);
-        expect_error(path, errc::malformed_record, text);
+        expect_load_error(path, errc::malformed_record, text);
     }
 }
 
@@ -392,29 +395,29 @@ BOOST_AUTO_TEST_CASE(impossible_counts_dtypes_ranks_and_names_are_refused)
         }
     };
     with_header([&](auto& h) { set64(h, 0, std::uint64_t{1} << 60U); });
-    expect_error(path, errc::malformed_record, "claims 1152921504606846976 entries");
+    expect_load_error(path, errc::malformed_record, "claims 1152921504606846976 entries");
     with_header([&](auto& h) { set64(h, 8, 1000000); });
-    expect_error(path, errc::malformed_record, "1000000 sections");
+    expect_load_error(path, errc::malformed_record, "1000000 sections");
     with_header([](auto& h) { h[16 + 8] = 99; }); // the first entry's dtype kind
-    expect_error(path, errc::malformed_record, "parameter 1) has an invalid dtype");
+    expect_load_error(path, errc::malformed_record, "parameter 1) has an invalid dtype");
     with_header([](auto& h) { h[16 + 8 + 24 + 23] = 1; }); // its stored dtype's padding
-    expect_error(path, errc::malformed_record, "invalid dtype");
+    expect_load_error(path, errc::malformed_record, "invalid dtype");
     with_header([](auto& h) { h[16 + 8 + 48] = 65; }); // its rank
-    expect_error(path, errc::malformed_record, "invalid rank 65");
+    expect_load_error(path, errc::malformed_record, "invalid rank 65");
     with_header([](auto& h) { h.push_back(0); });
-    expect_error(path, errc::malformed_record, "header is too long");
+    expect_load_error(path, errc::malformed_record, "header is too long");
     with_header([](auto& h) { h.erase(h.end() - 3, h.end()); });
-    expect_error(path, errc::malformed_record, "header is truncated");
+    expect_load_error(path, errc::malformed_record, "header is truncated");
 
     ruda::test::write_bytes(path, whole);
     ruda::test::rewrite(path, [](auto& i) { i.sections[1].name = i.sections[0].name; });
-    expect_error(path, errc::malformed_record, "two sections named step");
+    expect_load_error(path, errc::malformed_record, "two sections named step");
     ruda::test::write_bytes(path, whole);
     ruda::test::rewrite(path, [](auto& i) { i.sections[1].name = std::string(256, 'n'); });
-    expect_error(path, errc::malformed_record, "name of invalid length 256");
+    expect_load_error(path, errc::malformed_record, "name of invalid length 256");
     ruda::test::write_bytes(path, whole);
     ruda::test::rewrite(path, [](auto& i) { i.sections[1].name = "caf\xe9"; });
-    expect_error(path, errc::malformed_record, "section 1 has a name that is not UTF-8");
+    expect_load_error(path, errc::malformed_record, "section 1 has a name that is not UTF-8");
 }
 
 BOOST_AUTO_TEST_CASE(a_save_refuses_what_a_load_would_reject_before_writing_a_byte)
@@ -481,13 +484,13 @@ BOOST_AUTO_TEST_CASE(a_save_refuses_what_a_load_would_reject_before_writing_a_by
     BOOST_TEST(counting.calls == 0);
     BOOST_REQUIRE(ruda::save_checkpoint_file(path, sample_checkpoint(),
                                              {.max_header_bytes = header_length}));
-    expect_error(path, errc::malformed_record, "exceeds the limit",
-                 {.max_header_bytes = header_length - 1}); // the load's own check agrees
+    expect_load_error(path, errc::malformed_record, "exceeds the limit",
+                      {.max_header_bytes = header_length - 1}); // the load's own check agrees
 
     // 64 dimensions are the most a load takes, and they save.
     BOOST_CHECK(ruda::save_checkpoint_file(
         path, ruda::checkpoint{ruda::gradients_params_record{
-                  {{ruda::param_id{6}, f32, ruda::test::patterned(4, ruda::shape(64, 1), f32)}}}}));
+                       {{ruda::param_id{6}, f32, ruda::test::patterned(4, ruda::shape(64, 1), f32)}}}}));
     BOOST_CHECK(ruda::load_checkpoint_file(path));
 }
 
@@ -497,14 +500,14 @@ BOOST_AUTO_TEST_CASE(a_sound_frame_with_an_invalid_record_fails_restore_validati
     const auto path = saved_sample(dir);
     const auto whole = ruda::test::read_bytes(path);
     ruda::test::rewrite(path, [](auto& i) { i.entries[1].id = i.entries[0].id; });
-    expect_error(path, errc::duplicate_param_id, "Duplicate gradient parameter ID 1");
+    expect_load_error(path, errc::duplicate_param_id, "Duplicate gradient parameter ID 1");
     ruda::test::write_bytes(path, whole);
     ruda::test::rewrite(path, [](auto& i) { i.entries[0].shape = {2, 4}; }); // 48 bytes, not 64
-    expect_error(path, errc::byte_count_mismatch,
-                 "Invalid gradient byte count for parameter 1: expected 64, got 48");
+    expect_load_error(path, errc::byte_count_mismatch,
+                      "Invalid gradient byte count for parameter 1: expected 64, got 48");
     ruda::test::write_bytes(path, whole);
     ruda::test::rewrite(path, [](auto& i) { i.entries[0].stored = ruda::dtype::i32(); });
-    expect_error(path, errc::invalid_dtype, "Invalid gradient dtype for parameter 1");
+    expect_load_error(path, errc::invalid_dtype, "Invalid gradient dtype for parameter 1");
 }
 
 BOOST_AUTO_TEST_CASE(a_failed_write_leaves_the_previous_file_and_no_temporary)
@@ -610,18 +613,20 @@ BOOST_AUTO_TEST_CASE(forged_names_are_refused_at_load_and_unsavable_names_at_sav
         ruda::test::rewrite(path, edit, flagged ? with_names : std::function<void(ruda::detail::frame&)>{});
     };
     forge([](auto& i) { i.entries[0].name = std::string(1, 'x'); }, false);
-    expect_error(path, errc::malformed_record, "(parameter 1) has a name of invalid length 1");
+    expect_load_error(path, errc::malformed_record, "(parameter 1) has a name of invalid length 1");
     forge([](auto& i) { i.entries[0].name = std::string(1025, 'n'); });
-    expect_error(path, errc::malformed_record, "(parameter 1) has a name of invalid length 1025");
+    expect_load_error(path, errc::malformed_record,
+                      "(parameter 1) has a name of invalid length 1025");
     forge([](auto& i) { i.entries[1].name = "caf\xe9"; });
-    expect_error(path, errc::malformed_record, "(parameter 2) has a name that is not UTF-8");
+    expect_load_error(path, errc::malformed_record, "(parameter 2) has a name that is not UTF-8");
     forge([](auto& i) { i.entries[2].name = i.entries[5].name = "fc1.bias"; });
-    expect_error(path, errc::malformed_record, "Parameters 3 and 6 have the same name fc1.bias");
+    expect_load_error(path, errc::malformed_record,
+                      "Parameters 3 and 6 have the same name fc1.bias");
     forge([](auto& i) { i.entries[0].name = std::string(1024, 'n'); }); // the longest allowed
     BOOST_TEST(ruda::load_checkpoint_file(path).value().gradients().entries()[0].name.size() == 1024U);
     ruda::test::write_bytes(path, whole);
     ruda::test::rewrite(path, [](auto&) {}, [](auto& f) { f.flags = 8; });
-    expect_error(path, errc::unsupported_version, "flags 8");
+    expect_load_error(path, errc::unsupported_version, "flags 8");
 
     // A save refuses each before writing a byte.
     const auto refused = [&](std::string first, std::string second, const std::string& text) {

@@ -25,6 +25,7 @@
 
 namespace {
 
+using ruda::test::step_in;
 using namespace std::chrono_literals;
 using ruda::errc;
 using ruda::test::temp_dir;
@@ -44,13 +45,6 @@ ruda::checkpoint contents_of(std::uint64_t step)
 }
 
 using ruda::test::as_saved;
-
-std::uint64_t step_in(const ruda::checkpoint& c)
-{
-    std::uint64_t step = 0;
-    c.get("step", step).value();
-    return step;
-}
 
 // Counts the file operations of a save and, when told to, fails one or blocks fsync.
 class counting_ops : public ruda::file_ops {

@@ -107,6 +107,14 @@ inline dtype quantized(quant_value value, quant_param param, quant_store store,
     return dtype::qfloat({value, param, store, level, quant_mode::symmetric});
 }
 
+/// The step a checkpoint's "step" value says.
+inline std::uint64_t step_in(const checkpoint& c)
+{
+    std::uint64_t step = 0;
+    c.get("step", step).value();
+    return step;
+}
+
 /// A loaded checkpoint without the run identity its manager recorded: what was saved.
 inline checkpoint as_saved(checkpoint c)
 {

@@ -24,7 +24,7 @@ using ruda::test::temp_dir;
 constexpr int trials = 200;
 
 // About 1 MiB a checkpoint, so that a kill often lands inside a write.
-ruda::checkpoint contents_of(std::uint64_t step)
+ruda::checkpoint large_contents_of(std::uint64_t step)
 {
     std::vector<ruda::gradient_entry> entries;
     for (std::uint64_t id = 1; id <= 4; ++id) {
@@ -93,7 +93,7 @@ BOOST_AUTO_TEST_CASE(sigkill_at_random_moments_never_leaves_a_torn_checkpoint)
     const ruda::checkpoint_manager_options options{.keep_last = 2};
     {
         ruda::checkpoint_manager first{dir.path(), options};
-        BOOST_REQUIRE(first.save(0, contents_of(0)));
+        BOOST_REQUIRE(first.save(0, large_contents_of(0)));
     }
     std::mt19937_64 random{20261203};
     std::uint64_t next = 1;
@@ -113,7 +113,7 @@ BOOST_AUTO_TEST_CASE(sigkill_at_random_moments_never_leaves_a_torn_checkpoint)
             if (!saver.load_latest()) { // a restarted trainer resumes first
                 std::_Exit(5);
             }
-            auto contents = contents_of(next);
+            auto contents = large_contents_of(next);
             if (::write(ready[1], "s", 1) != 1) {
                 std::_Exit(4);
             }
@@ -121,7 +121,7 @@ BOOST_AUTO_TEST_CASE(sigkill_at_random_moments_never_leaves_a_torn_checkpoint)
                 if (!saver.save(step, contents)) {
                     std::_Exit(3);
                 }
-                contents = contents_of(step + 1);
+                contents = large_contents_of(step + 1);
             }
         }
         ::close(ready[1]);
@@ -151,7 +151,7 @@ BOOST_AUTO_TEST_CASE(sigkill_at_random_moments_never_leaves_a_torn_checkpoint)
         }
         std::uint64_t latest_step = 0;
         BOOST_REQUIRE(latest.value().get("step", latest_step));
-        BOOST_REQUIRE_MESSAGE(ruda::test::as_saved(latest.value()) == contents_of(latest_step),
+        BOOST_REQUIRE_MESSAGE(ruda::test::as_saved(latest.value()) == large_contents_of(latest_step),
                               "trial " << trial << ": step " << latest_step
                                        << " is not as written");
         // A kill after a checkpoint's rename and before "latest" moved leaves a newer
@@ -162,13 +162,13 @@ BOOST_AUTO_TEST_CASE(sigkill_at_random_moments_never_leaves_a_torn_checkpoint)
         }
         const std::uint64_t step = newest.value().step;
         BOOST_REQUIRE(step >= latest_step);
-        BOOST_REQUIRE_MESSAGE(ruda::test::as_saved(newest.value().contents) == contents_of(step),
+        BOOST_REQUIRE_MESSAGE(ruda::test::as_saved(newest.value().contents) == large_contents_of(step),
                               "trial " << trial << ": step " << step << " is not as written");
         BOOST_REQUIRE(step >= last_loaded);
         advanced += step > last_loaded ? 1 : 0;
         last_loaded = step;
 
-        BOOST_REQUIRE(after.save(step + 1, contents_of(step + 1)));
+        BOOST_REQUIRE(after.save(step + 1, large_contents_of(step + 1)));
         BOOST_REQUIRE(count_tmp(dir.path()) == 0U);
         last_loaded = step + 1;
         next = step + 2;
@@ -185,11 +185,11 @@ BOOST_AUTO_TEST_CASE(a_save_past_the_file_size_limit_fails_cleanly_and_loses_not
     // from its job scheduler would).
     const temp_dir dir;
     ruda::checkpoint_manager manager{dir.path(), {.keep_last = 2}};
-    BOOST_REQUIRE(manager.save(1, contents_of(1)));
+    BOOST_REQUIRE(manager.save(1, large_contents_of(1)));
     ruda::result<ruda::saved_checkpoint> saved{ruda::errc::io_error};
     {
         const file_size_limit limit{256 * 1024}; // a quarter of the checkpoint
-        saved = manager.save(2, contents_of(2));
+        saved = manager.save(2, large_contents_of(2));
     }
     BOOST_REQUIRE(!saved);
     BOOST_TEST(saved.error() == ruda::errc::io_error);
@@ -199,8 +199,8 @@ BOOST_AUTO_TEST_CASE(a_save_past_the_file_size_limit_fails_cleanly_and_loses_not
     BOOST_TEST(manager.steps().value() == (std::vector<std::uint64_t>{1}));
     const auto latest = manager.load_latest();
     BOOST_REQUIRE(latest);
-    BOOST_TEST((ruda::test::as_saved(latest.value()) == contents_of(1)));
-    BOOST_CHECK(manager.save(2, contents_of(2))); // with the limit lifted, it saves
+    BOOST_TEST((ruda::test::as_saved(latest.value()) == large_contents_of(1)));
+    BOOST_CHECK(manager.save(2, large_contents_of(2))); // with the limit lifted, it saves
 }
 
 BOOST_AUTO_TEST_SUITE_END()

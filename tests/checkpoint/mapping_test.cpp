@@ -26,7 +26,7 @@ using ruda::errc;
 using ruda::storage_origin;
 
 // Three gradients (one large enough for a buffer of its own) and a section.
-ruda::checkpoint sample_checkpoint()
+ruda::checkpoint mappable_checkpoint()
 {
     std::vector<ruda::gradient_entry> entries;
     entries.push_back({ruda::param_id{3}, ruda::dtype::f32(), ruda::test::patterned(64, {16}, ruda::dtype::f32())});
@@ -63,7 +63,7 @@ BOOST_AUTO_TEST_CASE(an_ordinary_file_is_read_so_truncating_it_later_harms_nothi
 {
     const ruda::test::temp_dir dir;
     const auto path = dir / "c.ruda";
-    const auto original = sample_checkpoint();
+    const auto original = mappable_checkpoint();
     BOOST_REQUIRE(ruda::save_checkpoint_file(path, original));
     const auto reader = ruda::checkpoint_reader::open(path).value();
     BOOST_TEST(reader.mapping_reason().empty());
@@ -80,7 +80,7 @@ BOOST_AUTO_TEST_CASE(an_ordinary_file_is_read_so_truncating_it_later_harms_nothi
 BOOST_AUTO_TEST_CASE(a_sealed_memfd_is_mapped_shared_by_the_restore_and_cannot_shrink)
 {
     const ruda::test::temp_dir dir;
-    const auto original = sample_checkpoint();
+    const auto original = mappable_checkpoint();
     std::optional<ruda::checkpoint> loaded;
     {
         const sealed_memfd file{saved_bytes(dir, original)};
@@ -118,7 +118,7 @@ BOOST_AUTO_TEST_CASE(a_sealed_memfd_is_mapped_shared_by_the_restore_and_cannot_s
 BOOST_AUTO_TEST_CASE(mapping_never_reads_even_an_unchangeable_file)
 {
     const ruda::test::temp_dir dir;
-    const auto original = sample_checkpoint();
+    const auto original = mappable_checkpoint();
     const sealed_memfd file{saved_bytes(dir, original)};
     const auto reader = ruda::checkpoint_reader::open(file.path()).value();
     const ruda::checkpoint_load_options read{.mapping = ruda::load_mapping::never};
@@ -131,7 +131,7 @@ BOOST_AUTO_TEST_CASE(mapping_never_reads_even_an_unchangeable_file)
 BOOST_AUTO_TEST_CASE(a_memfd_that_can_still_change_is_read)
 {
     const ruda::test::temp_dir dir;
-    const sealed_memfd file{saved_bytes(dir, sample_checkpoint()), false};
+    const sealed_memfd file{saved_bytes(dir, mappable_checkpoint()), false};
     BOOST_REQUIRE(::fcntl(file.fd(), F_ADD_SEALS, F_SEAL_WRITE) == 0); // it can still shrink
     const auto reader = ruda::checkpoint_reader::open(file.path()).value();
     BOOST_TEST(reader.mapping_reason().empty());
@@ -142,7 +142,7 @@ BOOST_AUTO_TEST_CASE(a_memfd_that_can_still_change_is_read)
 BOOST_AUTO_TEST_CASE(a_mapped_file_gets_every_check_a_read_one_gets)
 {
     const ruda::test::temp_dir dir;
-    const auto bytes = saved_bytes(dir, sample_checkpoint());
+    const auto bytes = saved_bytes(dir, mappable_checkpoint());
     const auto index = ruda::checkpoint_reader::open(dir / "c.ruda").value().index();
     const auto& second = index.entries[1].payload;
 
@@ -178,7 +178,7 @@ BOOST_AUTO_TEST_CASE(an_immutable_file_is_mapped_where_the_flag_can_be_set)
 {
     const ruda::test::temp_dir dir;
     const auto path = dir / "c.ruda";
-    const auto original = sample_checkpoint();
+    const auto original = mappable_checkpoint();
     BOOST_REQUIRE(ruda::save_checkpoint_file(path, original));
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     BOOST_REQUIRE(fd >= 0);

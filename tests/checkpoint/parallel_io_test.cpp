@@ -48,7 +48,7 @@ ruda::checkpoint mixed_checkpoint()
     return c;
 }
 
-const ruda::checkpoint& sample()
+const ruda::checkpoint& mixed_sample()
 {
     static const ruda::checkpoint c = mixed_checkpoint();
     return c;
@@ -126,13 +126,13 @@ BOOST_AUTO_TEST_SUITE(checkpoint_parallel)
 BOOST_AUTO_TEST_CASE(every_number_of_writers_writes_the_same_file)
 {
     const temp_dir dir;
-    BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "one.ruda", sample(), {.writers = 1}));
+    BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "one.ruda", mixed_sample(), {.writers = 1}));
     const auto one = ruda::test::read_bytes(dir / "one.ruda");
     for (const unsigned writers : {2U, 3U, 8U}) {
         BOOST_TEST_CONTEXT(writers << " writers")
         {
             BOOST_REQUIRE(
-                ruda::save_checkpoint_file(dir / "n.ruda", sample(), {.writers = writers}));
+                ruda::save_checkpoint_file(dir / "n.ruda", mixed_sample(), {.writers = writers}));
             BOOST_TEST((ruda::test::read_bytes(dir / "n.ruda") == one));
         }
     }
@@ -141,7 +141,7 @@ BOOST_AUTO_TEST_CASE(every_number_of_writers_writes_the_same_file)
         {
             const auto loaded = load_with_readers(dir / "one.ruda", readers);
             BOOST_REQUIRE(loaded);
-            BOOST_TEST((loaded.value() == sample()));
+            BOOST_TEST((loaded.value() == mixed_sample()));
         }
     }
 }
@@ -150,9 +150,9 @@ BOOST_AUTO_TEST_CASE(writes_overlap)
 {
     const temp_dir dir;
     meeting_pwrite ops;
-    BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "c.ruda", sample(), {.writers = 4}, ops));
+    BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "c.ruda", mixed_sample(), {.writers = 4}, ops));
     BOOST_TEST(ops.met); // two threads were inside pwrite at once
-    BOOST_TEST((ruda::load_checkpoint_file(dir / "c.ruda").value() == sample()));
+    BOOST_TEST((ruda::load_checkpoint_file(dir / "c.ruda").value() == mixed_sample()));
 }
 
 BOOST_AUTO_TEST_CASE(any_failed_write_fails_the_save_and_keeps_the_previous_file)
@@ -163,7 +163,7 @@ BOOST_AUTO_TEST_CASE(any_failed_write_fails_the_save_and_keeps_the_previous_file
     const auto previous = ruda::test::read_bytes(path);
     failing_pwrite counting{0};
     BOOST_REQUIRE(
-        ruda::save_checkpoint_file(dir / "count.ruda", sample(), {.writers = 4}, counting));
+        ruda::save_checkpoint_file(dir / "count.ruda", mixed_sample(), {.writers = 4}, counting));
     const int writes = counting.pwrites;
     BOOST_TEST(writes > 10);
     // The first, one in the middle, the header's and the preamble (the last).
@@ -171,7 +171,7 @@ BOOST_AUTO_TEST_CASE(any_failed_write_fails_the_save_and_keeps_the_previous_file
         BOOST_TEST_CONTEXT("failing pwrite " << k << " of " << writes)
         {
             failing_pwrite ops{k};
-            const auto saved = ruda::save_checkpoint_file(path, sample(), {.writers = 4}, ops);
+            const auto saved = ruda::save_checkpoint_file(path, mixed_sample(), {.writers = 4}, ops);
             BOOST_REQUIRE(!saved);
             BOOST_TEST(saved.error() == errc::io_error);
             BOOST_TEST(saved.error().message().find("Saving " + path.string()) == 0U);
@@ -185,9 +185,9 @@ BOOST_AUTO_TEST_CASE(the_manager_saves_with_its_writers)
 {
     const temp_dir dir;
     ruda::checkpoint_manager manager{dir.path(), {.save = {.writers = 3}}};
-    BOOST_REQUIRE(manager.save(7, sample()));
+    BOOST_REQUIRE(manager.save(7, mixed_sample()));
     BOOST_REQUIRE(ruda::save_checkpoint_file(
-        dir / "one.ruda", sample(),
+        dir / "one.ruda", mixed_sample(),
         {.writers = 1, .identity = ruda::run_identity{manager.run_id(), 7}}));
     BOOST_TEST(
         (ruda::test::read_bytes(manager.path_of(7)) == ruda::test::read_bytes(dir / "one.ruda")));
@@ -197,7 +197,7 @@ BOOST_AUTO_TEST_CASE(readers_report_the_first_corruption_in_file_order)
 {
     const temp_dir dir;
     const auto path = dir / "c.ruda";
-    BOOST_REQUIRE(ruda::save_checkpoint_file(path, sample()));
+    BOOST_REQUIRE(ruda::save_checkpoint_file(path, mixed_sample()));
     const auto big = payload_of(path, 1);     // the 10 MiB payload, first in the file
     const auto small = payload_of(path, 500); // a small one far after it
     auto bytes = ruda::test::read_bytes(path);
@@ -215,7 +215,7 @@ BOOST_AUTO_TEST_CASE(readers_report_the_first_corruption_in_file_order)
 BOOST_AUTO_TEST_CASE(readers_verify_a_mapped_file_in_place)
 {
     const temp_dir dir;
-    BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "c.ruda", sample()));
+    BOOST_REQUIRE(ruda::save_checkpoint_file(dir / "c.ruda", mixed_sample()));
     auto bytes = ruda::test::read_bytes(dir / "c.ruda");
     {
         const ruda::test::sealed_memfd file{bytes};
@@ -223,7 +223,7 @@ BOOST_AUTO_TEST_CASE(readers_verify_a_mapped_file_in_place)
                    "sealed memfd");
         const auto loaded = load_with_readers(file.path(), 4);
         BOOST_REQUIRE(loaded);
-        BOOST_TEST((loaded.value() == sample()));
+        BOOST_TEST((loaded.value() == mixed_sample()));
     }
     const auto big = payload_of(dir / "c.ruda", 1);
     const auto small = payload_of(dir / "c.ruda", 500);
@@ -240,7 +240,7 @@ BOOST_AUTO_TEST_CASE(readers_check_the_padding_between_their_reads)
 {
     const temp_dir dir;
     const auto path = dir / "c.ruda";
-    BOOST_REQUIRE(ruda::save_checkpoint_file(path, sample()));
+    BOOST_REQUIRE(ruda::save_checkpoint_file(path, mixed_sample()));
     const auto first = payload_of(path, 1);
     const auto second = payload_of(path, 2);
     BOOST_REQUIRE(second.offset > first.offset + first.length); // 10 MiB + 2 is not aligned

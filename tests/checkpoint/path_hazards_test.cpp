@@ -3,6 +3,7 @@
 // ends the program if anything blocks); a link or a file planted at a save's temporary name is
 // replaced, never written through, and a save whose temporary file another save replaced
 // fails rather than publish that unfinished file.
+#include "../support/error_text.hpp"
 #include "../support/async_test.hpp"
 #include "checkpoint_test_support.hpp"
 
@@ -29,6 +30,7 @@
 
 namespace {
 
+using ruda::test::says;
 using ruda::errc;
 using ruda::test::temp_dir;
 using ruda::test::watchdog;
@@ -57,11 +59,6 @@ std::vector<hazard> hazards(const temp_dir& dir)
             {socket_path, "a socket"},
             {"/dev/null", "a character device"},
             {dir / "directory", "a directory"}};
-}
-
-bool says(const ruda::error& e, const std::string& words)
-{
-    return e.message().find(words) != std::string::npos;
 }
 
 } // namespace

@@ -297,7 +297,7 @@ private:
 };
 
 // About 10 KiB, so that a checkpoint spans three pages.
-ruda::checkpoint contents_of(std::uint64_t step)
+ruda::checkpoint small_contents_of(std::uint64_t step)
 {
     std::vector<ruda::gradient_entry> entries;
     for (std::uint64_t id = 1; id <= 2; ++id) {
@@ -348,15 +348,15 @@ check_outcome check_every_crash_state(bool sync_lies)
     const ruda::checkpoint_manager_options options{.keep_last = 2};
     {
         ruda::checkpoint_manager manager{dir.path(), options};
-        BOOST_REQUIRE(manager.save(1, contents_of(1)));
-        BOOST_REQUIRE(manager.save(2, contents_of(2)));
+        BOOST_REQUIRE(manager.save(1, small_contents_of(1)));
+        BOOST_REQUIRE(manager.save(2, small_contents_of(2)));
     }
     std::filesystem::remove(dir / ".lock"); // not a file of the save's; a new one is made
     crash_model model{dir.path()};
     recording_ops recorder{sync_lies};
     {
         ruda::checkpoint_manager manager{dir.path(), {.keep_last = 2, .ops = &recorder}};
-        BOOST_REQUIRE(manager.save(3, contents_of(3)));
+        BOOST_REQUIRE(manager.save(3, small_contents_of(3)));
     }
     const auto& log = recorder.log();
     BOOST_REQUIRE(std::any_of(log.begin(), log.end(), [](const operation& op) {
@@ -380,16 +380,16 @@ check_outcome check_every_crash_state(bool sync_lies)
             materialize(scratch.path(), state);
             ruda::checkpoint_manager manager{scratch.path(), {.keep_last = 2, .ops = &quick}};
             const auto latest = manager.load_latest();
-            const bool sound = latest && (ruda::test::as_saved(latest.value()) == contents_of(2) ||
-                                          ruda::test::as_saved(latest.value()) == contents_of(3));
+            const bool sound = latest && (ruda::test::as_saved(latest.value()) == small_contents_of(2) ||
+                                          ruda::test::as_saved(latest.value()) == small_contents_of(3));
             const auto newest = manager.load_newest_valid();
             const bool newest_sound = newest && (newest.value().step == 2 || newest.value().step == 3) &&
                                       ruda::test::as_saved(newest.value().contents) ==
-                                          contents_of(newest.value().step);
-            const bool saved = manager.save(4, contents_of(4)).has_value();
+                                          small_contents_of(newest.value().step);
+            const bool saved = manager.save(4, small_contents_of(4)).has_value();
             const auto after = manager.load_latest();
             const bool next_saves =
-                saved && after && ruda::test::as_saved(after.value()) == contents_of(4);
+                saved && after && ruda::test::as_saved(after.value()) == small_contents_of(4);
             if (!sound || !newest_sound || !next_saves) {
                 ++outcome.failures;
                 if (!sync_lies) {

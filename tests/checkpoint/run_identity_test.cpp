@@ -10,6 +10,7 @@
 
 namespace {
 
+using ruda::test::step_in;
 using ruda::errc;
 using ruda::test::temp_dir;
 
@@ -23,13 +24,6 @@ ruda::checkpoint at_step(std::uint64_t step)
     return c;
 }
 
-std::uint64_t step_in(const ruda::checkpoint& c)
-{
-    std::uint64_t step = 0;
-    c.get("step", step).value();
-    return step;
-}
-
 void corrupt(const std::filesystem::path& file)
 {
     auto bytes = ruda::test::read_bytes(file);
@@ -38,7 +32,7 @@ void corrupt(const std::filesystem::path& file)
 }
 
 // Records the order of a save's file operations.
-class recording_ops : public ruda::file_ops {
+class order_recording_ops : public ruda::file_ops {
 public:
     std::vector<std::string> done;
 
@@ -253,7 +247,7 @@ BOOST_AUTO_TEST_CASE(a_deliberate_rollback_moves_latest_first_then_removes_the_n
             BOOST_REQUIRE(first.save(step, at_step(step)));
         }
     }
-    recording_ops ops;
+    order_recording_ops ops;
     ruda::checkpoint_manager rollback{
         dir.path(),
         {.keep_last = 5, .ops = &ops, .run_id = "B", .on_newer = ruda::newer_checkpoints::discard}};

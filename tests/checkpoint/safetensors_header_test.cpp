@@ -1,6 +1,8 @@
 // The safetensors header reader alone: what a header that checks out gives (ids from names,
 // decimal names and metadata; original dtypes; sorted by id), and each refusal, with where the
 // JSON went wrong.
+#include "../support/error_text.hpp"
+
 #include <ruda/checkpoint/detail/safetensors_header.hpp>
 #include <ruda/optim/param_id.hpp>
 
@@ -10,17 +12,13 @@
 
 namespace {
 
+using ruda::test::says;
 using ruda::errc;
 
 ruda::result<std::vector<ruda::detail::safetensors_tensor_plan>> parse(const std::string& json,
                                                                        std::uint64_t data_size = 0)
 {
     return ruda::detail::parse_safetensors_header(json, "h.safetensors", data_size);
-}
-
-bool mentions(const ruda::error& e, const std::string& part)
-{
-    return e.message().find(part) != std::string::npos;
 }
 
 } // namespace
@@ -80,8 +78,8 @@ BOOST_AUTO_TEST_CASE(refuses_what_the_grammar_or_the_schema_does_not_allow)
     const auto nested = parse(std::string(100000, '[') + std::string(100000, ']'));
     BOOST_TEST(nested.error() == errc::malformed_record); // parsed iteratively: no stack overflow
     const auto trailing = parse("{} {}");
-    BOOST_TEST(mentions(trailing.error(), "h.safetensors"), trailing.error().message());
-    BOOST_TEST(mentions(trailing.error(), "the end of the header"), trailing.error().message());
+    BOOST_TEST(says(trailing.error(), "h.safetensors"), trailing.error().message());
+    BOOST_TEST(says(trailing.error(), "the end of the header"), trailing.error().message());
     const auto twice = parse(R"({"7":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                              R"("__metadata__":{"ruda.id.x":"7"},)"
                              R"("x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
@@ -101,7 +99,7 @@ BOOST_AUTO_TEST_CASE(refuses_ranges_that_do_not_tile_the_data)
     BOOST_TEST(parse(with("4,8"), 8).has_value());
     const auto gap = parse(with("5,9"), 9);
     BOOST_TEST(gap.error() == errc::malformed_record);
-    BOOST_TEST(mentions(gap.error(), "gap or an overlap"));
+    BOOST_TEST(says(gap.error(), "gap or an overlap"));
     BOOST_TEST(parse(with("2,6"), 8).error() == errc::malformed_record);   // overlap
     BOOST_TEST(parse(with("4,8"), 12).error() == errc::malformed_record);  // trailing bytes
     BOOST_TEST(parse(with("4,8"), 6).error() == errc::malformed_record);   // past the end

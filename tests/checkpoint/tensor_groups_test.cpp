@@ -13,7 +13,7 @@ namespace {
 using ruda::errc;
 using ruda::test::temp_dir;
 
-ruda::gradient_entry floats(const std::string& name, float value, ruda::shape dims = {2, 3})
+ruda::gradient_entry f32_entry(const std::string& name, float value, ruda::shape dims = {2, 3})
 {
     std::size_t n = 1;
     for (const std::size_t d : dims) {
@@ -33,15 +33,15 @@ ruda::gradient_entry counter(const std::string& name, std::int64_t value)
 // optimizer's state with its step counts.
 ruda::checkpoint training_state()
 {
-    ruda::checkpoint c{ruda::gradients_params_record{{floats("fc1.weight", 0.5F),
-                                                      floats("fc2.weight", -0.5F, {3})}}};
-    c.put_group("weights", ruda::gradients_params_record{{floats("fc1.weight", 1.0F),
-                                                          floats("fc2.weight", 2.0F, {3})}})
+    ruda::checkpoint c{ruda::gradients_params_record{{f32_entry("fc1.weight", 0.5F),
+                                                      f32_entry("fc2.weight", -0.5F, {3})}}};
+    c.put_group("weights", ruda::gradients_params_record{{f32_entry("fc1.weight", 1.0F),
+                                                          f32_entry("fc2.weight", 2.0F, {3})}})
         .value();
     c.put_group("optimizer",
-                ruda::gradients_params_record{{floats("fc1.weight.exp_avg", 0.25F),
+                ruda::gradients_params_record{{f32_entry("fc1.weight.exp_avg", 0.25F),
                                                counter("fc1.weight.step", 7),
-                                               floats("fc2.weight.exp_avg", 0.75F, {3}),
+                                               f32_entry("fc2.weight.exp_avg", 0.75F, {3}),
                                                counter("fc2.weight.step", 7)}})
         .value();
     c.put("step", std::uint64_t{42}).value();
@@ -107,8 +107,8 @@ BOOST_AUTO_TEST_CASE(groups_round_trip_with_their_ids_names_and_checksums)
 // built: a group list made from a braced list copied them (its elements are const).
 BOOST_AUTO_TEST_CASE(records_are_moved_into_their_groups_not_copied)
 {
-    ruda::gradients_params_record gradients{{floats("fc1.weight", 0.5F)}};
-    ruda::gradients_params_record weights{{floats("fc1.weight", 1.0F)}};
+    ruda::gradients_params_record gradients{{f32_entry("fc1.weight", 0.5F)}};
+    ruda::gradients_params_record weights{{f32_entry("fc1.weight", 1.0F)}};
     const auto* gradient_entries = gradients.entries().data();
     const auto* weight_entries = weights.entries().data();
     ruda::checkpoint c{std::move(gradients)};
@@ -186,8 +186,8 @@ BOOST_AUTO_TEST_CASE(group_names_and_contents_are_checked_where_made_and_at_savi
         BOOST_TEST(put.error().message().find("A group name") == 0U, put.error().message());
     }
     BOOST_TEST(c.put_group(std::string(255, 'g'), {}).has_value());
-    BOOST_TEST(c.put_group("weights", ruda::gradients_params_record{{floats("a", 1.0F)}}).has_value());
-    BOOST_TEST(c.put_group("weights", ruda::gradients_params_record{{floats("b", 1.0F)}}).has_value());
+    BOOST_TEST(c.put_group("weights", ruda::gradients_params_record{{f32_entry("a", 1.0F)}}).has_value());
+    BOOST_TEST(c.put_group("weights", ruda::gradients_params_record{{f32_entry("b", 1.0F)}}).has_value());
     BOOST_TEST(names_in(*c.group("weights")) == std::vector<std::string>{"b"}); // replaced
     BOOST_TEST(c.take_group("weights").value().entries().size() == 1U);
     BOOST_TEST(c.group("weights") == nullptr);
@@ -205,11 +205,11 @@ BOOST_AUTO_TEST_CASE(group_names_and_contents_are_checked_where_made_and_at_savi
                    saved.error().message());
         BOOST_TEST(!std::filesystem::exists(dir / "bad.ruda"));
     };
-    refused(ruda::gradients_params_record{{floats("a", 1.0F), floats("a", 2.0F)}},
+    refused(ruda::gradients_params_record{{f32_entry("a", 1.0F), f32_entry("a", 2.0F)}},
             errc::duplicate_param_id, "Group weights: Duplicate");
-    auto twice = floats("b", 1.0F);
+    auto twice = f32_entry("b", 1.0F);
     twice.id = ruda::param_id{5};
-    refused(ruda::gradients_params_record{{floats("b", 1.0F), twice}}, errc::malformed_record,
+    refused(ruda::gradients_params_record{{f32_entry("b", 1.0F), twice}}, errc::malformed_record,
             "have the same name b");
     // Integers are for the other groups; gradients are floats (or quantized).
     refused(ruda::gradients_params_record{{counter("fc1.weight.step", 1)}}, errc::invalid_dtype,

@@ -1,6 +1,7 @@
 #include <ruda/checkpoint/checkpoint_file.hpp>
 #include <ruda/dist/dist_manifest.hpp>
 
+#include "../support/error_text.hpp"
 #include "../checkpoint/checkpoint_test_support.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -14,7 +15,8 @@ using ruda::placement_kind;
 
 namespace {
 
-ruda::dist_manifest sample()
+using ruda::test::says;
+ruda::dist_manifest sample_manifest()
 {
     ruda::dist_manifest m;
     m.step = 12;
@@ -40,11 +42,6 @@ ruda::dist_manifest sample()
     return m;
 }
 
-bool says(const ruda::error& e, const std::string& text)
-{
-    return e.message().find(text) != std::string::npos;
-}
-
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(dist_manifest)
@@ -52,7 +49,7 @@ BOOST_AUTO_TEST_SUITE(dist_manifest)
 BOOST_AUTO_TEST_CASE(round_trips_through_a_checksummed_file)
 {
     ruda::test::temp_dir dir;
-    const auto m = sample();
+    const auto m = sample_manifest();
     const auto written = ruda::write_manifest(dir / "manifest.ruda", m);
     BOOST_REQUIRE(written);
     BOOST_TEST(!std::filesystem::exists(dir / "manifest.ruda.tmp"));
@@ -65,7 +62,7 @@ BOOST_AUTO_TEST_CASE(round_trips_through_a_checksummed_file)
 BOOST_AUTO_TEST_CASE(a_damaged_or_foreign_file_is_refused)
 {
     ruda::test::temp_dir dir;
-    BOOST_REQUIRE(ruda::write_manifest(dir / "manifest.ruda", sample()));
+    BOOST_REQUIRE(ruda::write_manifest(dir / "manifest.ruda", sample_manifest()));
     auto bytes = ruda::test::read_bytes(dir / "manifest.ruda");
     bytes[bytes.size() / 2] ^= 0x40U;
     ruda::test::write_bytes(dir / "manifest.ruda", bytes);
@@ -95,20 +92,20 @@ BOOST_AUTO_TEST_CASE(a_manifest_that_does_not_add_up_is_refused_before_any_read)
             BOOST_TEST(says(read.error(), why));
         }
     };
-    auto m = sample();
+    auto m = sample_manifest();
     m.version = 2;
     refused(m, errc::unsupported_version, "manifest version 2");
-    m = sample();
+    m = sample_manifest();
     m.world_size = 0;
     refused(m, errc::malformed_record, "of no rank");
-    m = sample();
+    m = sample_manifest();
     std::swap(m.tensors[0], m.tensors[1]);
     refused(m, errc::malformed_record, "out of order or listed twice");
-    m = sample();
+    m = sample_manifest();
     m.tensors[2].pieces[1].range = {4, 4};
     m.tensors[2].pieces[1].bytes = 8;
     refused(m, errc::malformed_record, "Parameter 9 (sharded)");
-    m = sample();
+    m = sample_manifest();
     m.tensors[1].pieces[1].rank = 2;
     refused(m, errc::malformed_record, "in a world of 2");
 }

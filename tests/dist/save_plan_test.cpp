@@ -1,3 +1,5 @@
+#include "../support/error_text.hpp"
+
 #include <ruda/dist/save_plan.hpp>
 
 #include <boost/test/unit_test.hpp>
@@ -15,6 +17,8 @@ using ruda::placement;
 
 namespace {
 
+using ruda::test::says;
+
 declared_tensor f32(std::uint64_t id, ruda::shape dims, placement where = placement::replicated())
 {
     std::uint64_t n = 1;
@@ -29,11 +33,6 @@ std::vector<std::vector<declared_tensor>> everywhere(const std::vector<declared_
                                                      int ranks)
 {
     return std::vector<std::vector<declared_tensor>>(static_cast<std::size_t>(ranks), tensors);
-}
-
-bool says(const ruda::error& e, const std::string& text)
-{
-    return e.message().find(text) != std::string::npos;
 }
 
 } // namespace

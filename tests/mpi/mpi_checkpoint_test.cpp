@@ -2,6 +2,7 @@
 // reported on every rank with "latest" left alone, and restores onto every other world size.
 #include <ruda/dist/dist_checkpoint_manager.hpp>
 
+#include "../support/error_text.hpp"
 #include "mpi_test_support.hpp"
 
 #include <algorithm>
@@ -17,6 +18,7 @@ using ruda::test::world_size;
 
 namespace {
 
+using ruda::test::says;
 constexpr std::size_t sharded_elements = 1001;
 
 // Element i of the sharded tensor is `i`; its slice `[offset, offset + length)`.
@@ -73,11 +75,6 @@ ruda::result<ruda::saved_checkpoint> save(ruda::dist_checkpoint_manager& manager
         BOOST_TEST_MESSAGE("rank " << world_rank() << ": " << saved.error().message());
     }
     return saved;
-}
-
-bool says(const ruda::error& e, const std::string& text)
-{
-    return e.message().find(text) != std::string::npos;
 }
 
 } // namespace

@@ -1,3 +1,4 @@
+#include "../support/error_text.hpp"
 #include "mpi_test_support.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -9,16 +10,8 @@
 
 using ruda::errc;
 using ruda::test::world_rank;
+using ruda::test::says;
 using ruda::test::world_size;
-
-namespace {
-
-bool says(const ruda::error& e, const std::string& text)
-{
-    return e.message().find(text) != std::string::npos;
-}
-
-} // namespace
 
 BOOST_AUTO_TEST_SUITE(mpi_communicator)
 

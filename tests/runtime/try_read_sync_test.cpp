@@ -22,7 +22,7 @@ namespace {
 using namespace std::chrono_literals;
 using ruda::errc;
 
-ruda::tensor_data floats(std::vector<float> values)
+ruda::tensor_data tensor_of(std::vector<float> values)
 {
     const std::size_t n = values.size();
     return ruda::tensor_data::from_values(std::move(values), {n}).value();
@@ -31,7 +31,7 @@ ruda::tensor_data floats(std::vector<float> values)
 ruda::async_backend::float_tensor on_device(const ruda::async_device& device,
                                             std::vector<float> values)
 {
-    return ruda::async_backend::float_from_data(floats(std::move(values)), device).value();
+    return ruda::async_backend::float_from_data(tensor_of(std::move(values)), device).value();
 }
 
 } // namespace
@@ -41,7 +41,7 @@ BOOST_AUTO_TEST_SUITE(runtime_sync)
 BOOST_AUTO_TEST_CASE(reads_a_cpu_tensor)
 {
     const ruda::test::watchdog guard{"reads_a_cpu_tensor"};
-    const auto tensor = ruda::cpu_backend::float_from_data(floats({1, 2, 3}), {}).value();
+    const auto tensor = ruda::cpu_backend::float_from_data(tensor_of({1, 2, 3}), {}).value();
     auto data = ruda::try_read_sync([&] { return ruda::cpu_backend::float_into_data(tensor); });
     BOOST_REQUIRE(data);
     BOOST_TEST(data.value() == tensor.data());
@@ -139,7 +139,7 @@ BOOST_AUTO_TEST_CASE(a_nested_sync_wait_refuses_and_the_outer_one_completes)
 BOOST_AUTO_TEST_CASE(refuses_inside_a_no_blocking_scope)
 {
     const ruda::test::watchdog guard{"refuses_inside_a_no_blocking_scope"};
-    const auto tensor = ruda::cpu_backend::float_from_data(floats({1}), {}).value();
+    const auto tensor = ruda::cpu_backend::float_from_data(tensor_of({1}), {}).value();
     {
         const ruda::no_blocking_scope event_loop;
         BOOST_TEST(ruda::blocking_forbidden_on_this_thread());

@@ -10,7 +10,7 @@ using namespace ruda;
 
 namespace {
 
-const std::vector<quant_value> all_values = {
+const std::vector<quant_value> every_quant_value = {
     quant_value::q8f, quant_value::e5m2, quant_value::e4m3, quant_value::q4f, quant_value::e2m1,
     quant_value::q2f, quant_value::q8s,  quant_value::q4s,  quant_value::q2s};
 
@@ -38,8 +38,8 @@ BOOST_AUTO_TEST_CASE(default_is_burns)
 
 BOOST_AUTO_TEST_CASE(enum_order_is_the_serialized_index)
 {
-    for (std::size_t i = 0; i < all_values.size(); ++i) {
-        BOOST_TEST(static_cast<std::size_t>(all_values[i]) == i);
+    for (std::size_t i = 0; i < every_quant_value.size(); ++i) {
+        BOOST_TEST(static_cast<std::size_t>(every_quant_value[i]) == i);
     }
     BOOST_TEST(static_cast<int>(quant_param::ue4m3) == 4);
     BOOST_TEST(static_cast<int>(quant_store::kind::packed_u32) == 2);
@@ -49,9 +49,9 @@ BOOST_AUTO_TEST_CASE(enum_order_is_the_serialized_index)
 BOOST_AUTO_TEST_CASE(value_bits_packing_and_param_sizes)
 {
     const std::vector<std::size_t> bits = {8, 8, 8, 4, 4, 2, 8, 4, 2};
-    for (std::size_t i = 0; i < all_values.size(); ++i) {
-        BOOST_TEST(size_bits(all_values[i]) == bits[i]);
-        BOOST_TEST(native_packing(all_values[i]) == (all_values[i] == quant_value::e2m1 ? 2U : 1U));
+    for (std::size_t i = 0; i < every_quant_value.size(); ++i) {
+        BOOST_TEST(size_bits(every_quant_value[i]) == bits[i]);
+        BOOST_TEST(native_packing(every_quant_value[i]) == (every_quant_value[i] == quant_value::e2m1 ? 2U : 1U));
     }
     BOOST_TEST(size_bytes(quant_param::f32) == 4U);
     BOOST_TEST(size_bytes(quant_param::f16) == 2U);
@@ -62,7 +62,7 @@ BOOST_AUTO_TEST_CASE(value_bits_packing_and_param_sizes)
 
 BOOST_AUTO_TEST_CASE(num_quants_for_every_value_and_store)
 {
-    for (quant_value v : all_values) {
+    for (quant_value v : every_quant_value) {
         const std::size_t b = size_bits(v);
         BOOST_TEST(quants(v, quant_store::native()) == 1U, to_string(v));
         BOOST_TEST(quants(v, quant_store::packed_u32(0)) == (b == 8 ? 4U : b == 4 ? 8U : 16U),

@@ -31,7 +31,7 @@ run_result inspect(const std::vector<std::string>& args)
     return {status, out.str()};
 }
 
-std::filesystem::path sample(const temp_dir& dir, const std::string& name)
+std::filesystem::path sample_file(const temp_dir& dir, const std::string& name)
 {
     ruda::checkpoint c{ruda::test::valid_sample()};
     c.put("step", std::uint64_t{9}).value();
@@ -60,7 +60,7 @@ BOOST_AUTO_TEST_SUITE(tool_inspect)
 BOOST_AUTO_TEST_CASE(the_table_lists_entries_and_sections)
 {
     const temp_dir dir;
-    const auto path = sample(dir, "a.ruda");
+    const auto path = sample_file(dir, "a.ruda");
     const auto r = inspect({path.string()});
     BOOST_TEST(r.status == 0);
     BOOST_TEST(contains(r.out, path.string() + ": format 1, written by ruda " RUDA_VERSION_STRING));
@@ -81,8 +81,8 @@ BOOST_AUTO_TEST_CASE(the_table_lists_entries_and_sections)
 BOOST_AUTO_TEST_CASE(verify_gives_one_line_per_file_and_the_exit_status)
 {
     const temp_dir dir;
-    const auto good = sample(dir, "a.ruda");
-    const auto bad = sample(dir, "b.ruda");
+    const auto good = sample_file(dir, "a.ruda");
+    const auto bad = sample_file(dir, "b.ruda");
     corrupt_first_payload(bad);
     const auto ok = inspect({"--verify", good.string()});
     BOOST_TEST(ok.status == 0);
@@ -163,7 +163,7 @@ BOOST_AUTO_TEST_CASE(latest_stands_for_the_file_it_names_and_an_empty_directory_
 BOOST_AUTO_TEST_CASE(verify_also_validates_the_record)
 {
     const temp_dir dir;
-    const auto path = sample(dir, "a.ruda");
+    const auto path = sample_file(dir, "a.ruda");
     ruda::test::rewrite(path, [](ruda::checkpoint_index& i) { i.entries[1].id = i.entries[0].id; });
     BOOST_TEST(inspect({path.string()}).status == 0); // the frame and checksums are sound
     const auto verified = inspect({"--verify", path.string()});
@@ -174,8 +174,8 @@ BOOST_AUTO_TEST_CASE(verify_also_validates_the_record)
 BOOST_AUTO_TEST_CASE(json_is_valid_and_complete)
 {
     const temp_dir dir;
-    const auto good = sample(dir, "a.ruda");
-    const auto bad = sample(dir, "b.ruda");
+    const auto good = sample_file(dir, "a.ruda");
+    const auto bad = sample_file(dir, "b.ruda");
     corrupt_first_payload(bad);
     ruda::test::write_bytes(dir / "c.ruda", std::vector<std::uint8_t>(128, '"'));
     const auto r = inspect({"--json", dir.path().string()});
@@ -323,7 +323,7 @@ BOOST_AUTO_TEST_CASE(export_safetensors_writes_the_gradients_of_a_sound_checkpoi
     BOOST_TEST(corrupt.status == 1);
     BOOST_TEST(contains(corrupt.out, "checksum"), corrupt.out);
     BOOST_TEST(!std::filesystem::exists(corrupt_out));
-    const auto quantized = sample(dir, "q.ruda");
+    const auto quantized = sample_file(dir, "q.ruda");
     const auto q = inspect({"--export-safetensors", (dir / "q.safetensors").string(), quantized.string()});
     BOOST_TEST(q.status == 1);
     BOOST_TEST(contains(q.out, "safetensors export takes"), q.out);
@@ -405,7 +405,7 @@ BOOST_AUTO_TEST_CASE(groups_runs_and_short_sections_are_shown)
     BOOST_TEST(std::string(f["entries"][1]["group"].GetString()) == "weights");
     BOOST_TEST(std::string(f["sections"][1]["value"].GetString()) == "\"lr warm-up done\"");
     BOOST_TEST(f["sections"][3]["value"].IsNull());
-    const auto plain = inspect({"--json", sample(dir, "plain.ruda").string()});
+    const auto plain = inspect({"--json", sample_file(dir, "plain.ruda").string()});
     doc.Parse(plain.out.c_str());
     BOOST_REQUIRE(!doc.HasParseError());
     BOOST_TEST(doc[0]["run_id"].IsNull());

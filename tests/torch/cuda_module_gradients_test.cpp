@@ -5,6 +5,7 @@
 //   needs nothing more of it);
 // - torch_cuda_module_gpu: a real model trained on a real GPU; runs where libtorch has CUDA and
 //   a GPU is present (scripts/gpu-check), and is skipped elsewhere.
+#include "../support/error_text.hpp"
 #include "../backend/cuda_test_support.hpp"
 
 #include <ruda/optim/cuda_module_gradients.hpp>
@@ -31,15 +32,11 @@
 
 namespace {
 
+using ruda::test::says;
 using ruda::errc;
 using ruda::test::fake;
 using ruda::test::raw_gpu;
 using bytes = std::vector<std::uint8_t>;
-
-bool says(const ruda::error& e, const std::string& text)
-{
-    return e.message().find(text) != std::string::npos;
-}
 
 bytes pattern(std::size_t n, std::uint8_t seed)
 {

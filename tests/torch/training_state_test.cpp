@@ -32,8 +32,8 @@ using ruda::errc;
 
 // A model with every kind of state: parameters, a BatchNorm's float buffers and its int64
 // count, and dropout, which draws from the CPU generator.
-struct net : torch::nn::Module {
-    net()
+struct stateful_net : torch::nn::Module {
+    stateful_net()
     {
         torch::manual_seed(11);
         fc1 = register_module("fc1", torch::nn::Linear(6, 8));
@@ -53,7 +53,7 @@ struct net : torch::nn::Module {
 
 // One optimizer step on a batch the step number decides; the dropout mask comes from the
 // generator, so a resume without its state diverges.
-void train_step(net& model, torch::optim::Optimizer& optimizer, int step)
+void train_step(stateful_net& model, torch::optim::Optimizer& optimizer, int step)
 {
     const auto x = torch::sin(torch::arange(0, 24, torch::kFloat).reshape({4, 6}) * (step + 1));
     const auto y = torch::cos(torch::arange(0, 8, torch::kFloat).reshape({4, 2}) * (step + 1));
@@ -78,7 +78,7 @@ bool same_bits(const torch::Tensor& a, const torch::Tensor& b)
 }
 
 // Parameters, gradients and buffers, bit for bit.
-bool same_model(net& a, net& b)
+bool same_model(stateful_net& a, stateful_net& b)
 {
     const auto pa = a.named_parameters();
     const auto pb = b.named_parameters();
@@ -98,36 +98,36 @@ bool same_model(net& a, net& b)
     return pa.size() == pb.size() && ba.size() == bb.size();
 }
 
-using make_optimizer = std::function<std::unique_ptr<torch::optim::Optimizer>(net&)>;
+using make_optimizer = std::function<std::unique_ptr<torch::optim::Optimizer>(stateful_net&)>;
 
 // Each optimizer libtorch ships, with options that give it every part of its state.
 std::vector<std::pair<std::string, make_optimizer>> optimizers()
 {
     return {
         {"SGD",
-         [](net& m) {
+         [](stateful_net& m) {
              return std::make_unique<torch::optim::SGD>(
                  m.parameters(),
                  torch::optim::SGDOptions(0.05).momentum(0.9).dampening(0.1).nesterov(false));
          }},
         {"Adam",
-         [](net& m) {
+         [](stateful_net& m) {
              return std::make_unique<torch::optim::Adam>(
                  m.parameters(), torch::optim::AdamOptions(0.01).amsgrad(true).weight_decay(1e-3));
          }},
         {"AdamW",
-         [](net& m) {
+         [](stateful_net& m) {
              return std::make_unique<torch::optim::AdamW>(m.parameters(),
                                                           torch::optim::AdamWOptions(0.01));
          }},
         {"RMSprop",
-         [](net& m) {
+         [](stateful_net& m) {
              return std::make_unique<torch::optim::RMSprop>(
                  m.parameters(),
                  torch::optim::RMSpropOptions(0.01).momentum(0.5).centered(true));
          }},
         {"Adagrad",
-         [](net& m) {
+         [](stateful_net& m) {
              return std::make_unique<torch::optim::Adagrad>(
                  m.parameters(), torch::optim::AdagradOptions(0.1).lr_decay(0.01));
          }},
@@ -151,7 +151,7 @@ BOOST_AUTO_TEST_CASE(every_optimizer_libtorch_ships_resumes_bit_for_bit)
         BOOST_TEST_CONTEXT(name)
         {
             // The uninterrupted run: 6 steps. The checkpoint: after 3, mid-training.
-            net model;
+            stateful_net model;
             auto optimizer = make(model);
             ruda::checkpoint saved;
             for (int step = 0; step < 6; ++step) {
@@ -162,7 +162,7 @@ BOOST_AUTO_TEST_CASE(every_optimizer_libtorch_ships_resumes_bit_for_bit)
             }
             // A new process: a fresh model and optimizer, restored, trained on.
             torch::manual_seed(999); // whatever the new process drew: the checkpoint decides
-            net resumed;
+            stateful_net resumed;
             auto fresh = make(resumed);
             const auto step = ruda::restore_training_state(saved, resumed, *fresh);
             BOOST_REQUIRE(step.has_value());
@@ -179,7 +179,7 @@ BOOST_AUTO_TEST_CASE(every_optimizer_libtorch_ships_resumes_bit_for_bit)
 
 BOOST_AUTO_TEST_CASE(the_optimizer_state_is_named_by_parameter_and_state)
 {
-    net model;
+    stateful_net model;
     torch::optim::Adam adam{model.parameters(), torch::optim::AdamOptions(0.01)};
     BOOST_TEST(ruda::optimizer_state_of(adam, model).value().tensors.empty()); // before a step
     train_step(model, adam, 0);
@@ -209,7 +209,7 @@ BOOST_AUTO_TEST_CASE(the_optimizer_state_is_named_by_parameter_and_state)
 BOOST_AUTO_TEST_CASE(the_async_snapshot_captures_the_state_at_its_call)
 {
     const ruda::test::watchdog guard{"the_async_snapshot_captures_the_state_at_its_call"};
-    net model;
+    stateful_net model;
     torch::optim::Adam adam{model.parameters(), torch::optim::AdamOptions(0.01)};
     train_step(model, adam, 0);
     const ruda::test::temp_dir dir;
@@ -230,7 +230,7 @@ BOOST_AUTO_TEST_CASE(the_async_snapshot_captures_the_state_at_its_call)
     const auto expected = model.fc1->weight.clone();
     train_step(model, adam, 1); // training goes on: the file keeps step 1's state
 
-    net resumed;
+    stateful_net resumed;
     torch::optim::Adam fresh{resumed.parameters(), torch::optim::AdamOptions(0.01)};
     BOOST_TEST(ruda::restore_training_state(manager.load_latest().value(), resumed, fresh)
                    .value() == 1U);
@@ -241,12 +241,12 @@ BOOST_AUTO_TEST_CASE(the_async_snapshot_captures_the_state_at_its_call)
 
 BOOST_AUTO_TEST_CASE(hyper_parameters_are_restored_or_checked)
 {
-    net model;
+    stateful_net model;
     torch::optim::Adam adam{model.parameters(), torch::optim::AdamOptions(0.01).betas({0.8, 0.9})};
     train_step(model, adam, 0);
     const auto saved = ruda::snapshot_training_state(model, adam, 1).value();
 
-    net other;
+    stateful_net other;
     torch::optim::Adam lower{other.parameters(), torch::optim::AdamOptions(0.001)};
     auto checked = ruda::restore_training_state(
         saved, other, lower, {.optimizer_options = ruda::hyperparameters::check});
@@ -262,7 +262,7 @@ BOOST_AUTO_TEST_CASE(hyper_parameters_are_restored_or_checked)
 
 BOOST_AUTO_TEST_CASE(bad_input_is_refused_before_anything_changes)
 {
-    net model;
+    stateful_net model;
     torch::optim::Adam adam{model.parameters(), torch::optim::AdamOptions(0.01)};
     train_step(model, adam, 0);
     const auto saved = ruda::snapshot_training_state(model, adam, 1).value();
@@ -276,14 +276,14 @@ BOOST_AUTO_TEST_CASE(bad_input_is_refused_before_anything_changes)
                unknown.error().message());
 
     // An optimizer over parameters that are not the model's.
-    net stranger;
+    stateful_net stranger;
     torch::optim::Adam foreign{stranger.parameters(), torch::optim::AdamOptions(0.01)};
     const auto mismatched = ruda::optimizer_state_of(foreign, model);
     BOOST_TEST(mismatched.error() == errc::unknown_parameter);
     BOOST_TEST(mismatched.error().message().find("parameter 0 of param group 0") !=
                std::string::npos);
 
-    net target;
+    stateful_net target;
     const auto fc1_before = target.fc1->weight.clone();
     const auto unchanged = [&] { return same_bits(target.fc1->weight, fc1_before); };
     // Another optimizer's state.
