@@ -6,13 +6,9 @@
 
 #include <ruda/checkpoint/checkpoint_file.hpp>
 
-#include <cereal/types/map.hpp>
-#include <cereal/types/string.hpp>
-#include <cereal/types/vector.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
-#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -22,7 +18,6 @@ using ruda::errc;
 using ruda::test::edit_file;
 using ruda::test::expect_load_error;
 using ruda::test::faulty_ops;
-using ruda::test::optimizer_state;
 using ruda::test::sample_checkpoint;
 using ruda::test::saved_sample;
 using ruda::test::temp_dir;
