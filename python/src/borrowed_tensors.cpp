@@ -45,6 +45,11 @@ borrowed_tensors::~borrowed_tensors()
 result<borrowed_tensors> borrowed_tensors::take(std::vector<tensor_view> views)
 {
     borrowed_tensors out;
+    const auto on_gpu = [](const tensor_view& view) { return view.cuda_ordinal.has_value(); };
+    if (std::none_of(views.begin(), views.end(), on_gpu)) {
+        out.host_ = std::move(views); // the common case, and no view moved one by one
+        return out;
+    }
     for (tensor_view& view : views) {
         (view.cuda_ordinal ? out.cuda_ : out.host_).push_back(std::move(view));
     }
@@ -67,7 +72,7 @@ result<borrowed_tensors> borrowed_tensors::take(std::vector<tensor_view> views)
         // GIL.
         auto tensor =
             cuda_backend::borrow(device.value(), reinterpret_cast<cuda_device_ptr>(view.data),
-                                 view.dims, view.type, cuda_stream{nullptr}, nullptr);
+                                 view.shape(), view.type, cuda_stream{nullptr}, nullptr);
         if (!tensor) {
             return about(tensor.error());
         }

@@ -72,13 +72,32 @@ bool host_producer(py::handle tensor)
     return ndarray != nullptr && Py_TYPE(tensor.ptr()) == ndarray;
 }
 
+// A str made once, for the process's life, whose hash Python keeps.
+PyObject* interned(const char* text)
+{
+    PyObject* name = PyUnicode_InternFromString(text);
+    if (name == nullptr) {
+        throw py::error_already_set();
+    }
+    return name;
+}
+
 // What the direct reading of torch tensors needs from torch, found once torch is imported
-// (never imported here: a program without torch pays nothing).
+// (never imported here: a program without torch pays nothing), and the names of the attributes
+// it reads, interned once: a lookup by a C string makes and hashes a new str each time, which
+// costs as much as the lookup itself.
 struct torch_types {
     PyObject* tensor = nullptr;
     PyObject* parameter = nullptr;
     PyObject* strided = nullptr;
     std::vector<std::pair<PyObject*, dtype>> dtypes;
+    PyObject* is_cpu = nullptr;
+    PyObject* is_cuda = nullptr;
+    PyObject* layout = nullptr;
+    PyObject* dtype_name = nullptr;
+    PyObject* is_contiguous = nullptr;
+    PyObject* shape = nullptr;
+    PyObject* data_ptr = nullptr;
 };
 
 const torch_types* torch_if_imported()
@@ -105,6 +124,13 @@ const torch_types* torch_if_imported()
         for (const auto& [name, type] : names) {
             types->dtypes.emplace_back(py::object(module.attr(name)).release().ptr(), type);
         }
+        types->is_cpu = interned("is_cpu");
+        types->is_cuda = interned("is_cuda");
+        types->layout = interned("layout");
+        types->dtype_name = interned("dtype");
+        types->is_contiguous = interned("is_contiguous");
+        types->shape = interned("shape");
+        types->data_ptr = interned("data_ptr");
         found = types;
     } catch (py::error_already_set&) {
         return nullptr;
@@ -112,19 +138,36 @@ const torch_types* torch_if_imported()
     return found;
 }
 
-bool attribute_true(py::handle object, const char* name)
+// `object.<name>`, raising Python's error when it fails.
+py::object attribute(py::handle object, PyObject* name)
 {
-    return py::reinterpret_steal<py::object>(PyObject_GetAttrString(object.ptr(), name)).ptr() ==
-           Py_True;
+    auto value = py::reinterpret_steal<py::object>(PyObject_GetAttr(object.ptr(), name));
+    if (!value) {
+        throw py::error_already_set();
+    }
+    return value;
+}
+
+// `object.<name>()`, likewise, with no bound method made on the way.
+py::object call_method(py::handle object, PyObject* name)
+{
+    auto value = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(object.ptr(), name));
+    if (!value) {
+        throw py::error_already_set();
+    }
+    return value;
 }
 
 // A view of `dims` elements of `type` at `data`, named, its byte count checked for overflow:
 // what both ways of reading a tensor end with (its owner set by the caller).
-result<tensor_view> view_of(std::string name, dtype type, ruda::shape dims, std::uint8_t* data)
+result<tensor_view> view_of(std::string name, dtype type, tensor_view::extents dims,
+                            std::uint8_t* data)
 {
     const auto count = checked_num_elements(dims);
     if (!count || count.value() > SIZE_MAX / type.size()) {
-        return refusal(errc::shape_overflow, name, "its shape " + to_string(dims) + " overflows");
+        const ruda::shape extents(dims.begin(), dims.end());
+        return refusal(errc::shape_overflow, name,
+                       "its shape " + to_string(extents) + " overflows");
     }
     tensor_view view;
     view.name = std::move(name);
@@ -141,33 +184,46 @@ result<tensor_view> view_of(std::string name, dtype type, ruda::shape dims, std:
 result<tensor_view> borrow_torch_tensor(py::handle tensor, std::string name,
                                         const torch_types& torch)
 {
-    if (tensor.attr("layout").ptr() != torch.strided) {
+    const py::object layout = attribute(tensor, torch.layout);
+    if (layout.ptr() != torch.strided) {
         return refusal(errc::invalid_tensor, name,
-                       "it is " + py::str(tensor.attr("layout")).cast<std::string>() +
+                       "it is " + py::str(layout).cast<std::string>() +
                            ", not a dense (strided) tensor");
     }
-    const PyObject* type_object = tensor.attr("dtype").ptr();
+    const py::object type_object = attribute(tensor, torch.dtype_name);
     const auto known = std::find_if(torch.dtypes.begin(), torch.dtypes.end(),
-                                    [&](const auto& d) { return d.first == type_object; });
+                                    [&](const auto& d) { return d.first == type_object.ptr(); });
     if (known == torch.dtypes.end()) {
         return refusal(errc::invalid_dtype, name,
-                       py::str(tensor.attr("dtype")).cast<std::string>() +
+                       py::str(type_object).cast<std::string>() +
                            " is no dtype ruda has (f64, f32, f16, bf16, integers, bool)");
     }
-    if (tensor.attr("is_contiguous")().ptr() != Py_True) {
+    if (call_method(tensor, torch.is_contiguous).ptr() != Py_True) {
         return refusal(errc::invalid_tensor, name, not_contiguous);
     }
-    // dim() and size(d), not shape: torch builds a torch.Size for that, a microsecond each.
-    ruda::shape dims;
-    const auto rank = tensor.attr("dim")().cast<std::size_t>();
-    const py::object size = tensor.attr("size");
-    dims.reserve(rank);
-    for (std::size_t d = 0; d < rank; ++d) {
-        dims.push_back(size(d).cast<std::size_t>());
+    // A torch.Size, a tuple of ints: one attribute, not dim() and a size(d) per dimension.
+    const py::object size = attribute(tensor, torch.shape);
+    if (PyTuple_Check(size.ptr()) == 0) {
+        return refusal(errc::invalid_tensor, name, "its shape is not a tuple");
     }
-    auto* data = reinterpret_cast<std::uint8_t*>( // NOLINT: torch hands an address as an int
-        tensor.attr("data_ptr")().cast<std::uintptr_t>());
-    BOOST_OUTCOME_TRY(auto view, view_of(std::move(name), known->second, std::move(dims), data));
+    const Py_ssize_t rank = PyTuple_GET_SIZE(size.ptr());
+    tensor_view::extents dims(static_cast<std::size_t>(rank));
+    for (Py_ssize_t d = 0; d < rank; ++d) {
+        const Py_ssize_t extent = PyLong_AsSsize_t(PyTuple_GET_ITEM(size.ptr(), d));
+        if (extent < 0) {
+            if (PyErr_Occurred() != nullptr) {
+                throw py::error_already_set();
+            }
+            return refusal(errc::invalid_tensor, name, "a negative extent");
+        }
+        dims[static_cast<std::size_t>(d)] = static_cast<std::size_t>(extent);
+    }
+    void* address = PyLong_AsVoidPtr(call_method(tensor, torch.data_ptr).ptr());
+    if (address == nullptr && PyErr_Occurred() != nullptr) {
+        throw py::error_already_set();
+    }
+    BOOST_OUTCOME_TRY(auto view, view_of(std::move(name), known->second, std::move(dims),
+                                         static_cast<std::uint8_t*>(address)));
     view.tensor = python_reference{tensor};
     return view;
 }
@@ -255,7 +311,7 @@ result<tensor_view> from_capsule(const py::object& capsule, std::string name, in
         return refusal(errc::invalid_tensor, name,
                        std::to_string(t.ndim) + " dimensions (at most 64)");
     }
-    ruda::shape dims;
+    tensor_view::extents dims;
     for (int d = 0; d < t.ndim; ++d) {
         if (t.shape[d] < 0) {
             return refusal(errc::invalid_tensor, name, "a negative extent");
@@ -355,10 +411,10 @@ result<tensor_view> borrow_tensor(py::handle tensor, std::string name)
     if (const torch_types* torch = torch_if_imported()) {
         const auto* type = reinterpret_cast<PyObject*>(Py_TYPE(tensor.ptr()));
         if (type == torch->tensor || type == torch->parameter) {
-            if (attribute_true(tensor, "is_cpu")) {
+            if (attribute(tensor, torch->is_cpu).ptr() == Py_True) {
                 return borrow_torch_tensor(tensor, std::move(name), *torch);
             }
-            if (attribute_true(tensor, "is_cuda")) {
+            if (attribute(tensor, torch->is_cuda).ptr() == Py_True) {
                 // torch's __dlpack__ refuses a tensor that requires grad: an alias that does not.
                 return borrow_dlpack(tensor.attr("detach")(), std::move(name));
             }

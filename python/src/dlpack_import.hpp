@@ -7,6 +7,7 @@
 #include <ruda/tensor/dtype.hpp>
 #include <ruda/tensor/tensor_data.hpp>
 
+#include <boost/container/small_vector.hpp>
 #include <dlpack/dlpack.h>
 #include <pybind11/pybind11.h>
 
@@ -60,13 +61,19 @@ private:
 /// set, `data` the device address) made ready on the legacy default stream by the producer.
 /// Release many under one GIL hold, `release_all`.
 struct tensor_view {
+    /// Extents held in the view up to rank 6: borrowing 100,000 tensors under the GIL then
+    /// allocates nothing per tensor (the record's shapes are made on ruda's threads).
+    using extents = boost::container::small_vector<std::size_t, 6>;
+
     std::string name;
     param_id id{0};
     ruda::dtype type = dtype::f32();
-    ruda::shape dims;
+    extents dims;
     std::uint8_t* data = nullptr;
     std::size_t bytes = 0;
     std::optional<int> cuda_ordinal; // the GPU, for device memory
+
+    [[nodiscard]] ruda::shape shape() const { return {dims.begin(), dims.end()}; }
     std::unique_ptr<DLManagedTensor, dlpack_release> owner;
     python_reference tensor;
 };

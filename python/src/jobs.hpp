@@ -12,8 +12,9 @@
 namespace ruda::python {
 
 /// Runs `job(state)` (which returns a `result<T>`) on an I/O thread, unless cancelled first,
-/// and completes the future with its failure or with `present(value)`, made under the GIL at
-/// each `result()` (so `present` must capture nothing of Python).
+/// and completes the future with its failure or with `present(value)`, `value` a
+/// `std::shared_ptr<const T>`, made under the GIL at each `result()` (so `present` must capture
+/// nothing of Python, and shares the value rather than copy it: a record may be gigabytes).
 template <class Job, class Present>
 [[nodiscard]] std::shared_ptr<future_state> start_job(Job job, Present present)
 {
@@ -28,8 +29,9 @@ template <class Job, class Present>
             return;
         }
         using value_type = typename decltype(outcome)::value_type;
-        auto value = std::make_shared<value_type>(std::move(outcome).value());
-        state->succeed([value, present] { return present(*value); });
+        std::shared_ptr<const value_type> value =
+            std::make_shared<value_type>(std::move(outcome).value());
+        state->succeed([value, present] { return present(value); });
     });
     return state;
 }

@@ -14,6 +14,7 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -27,10 +28,9 @@ namespace ruda::python {
 
 namespace {
 
-py::object present_record(gradients_params_record record)
+py::object present_record(std::shared_ptr<const gradients_params_record> record)
 {
-    return py::cast(
-        record_handle{std::make_shared<const gradients_params_record>(std::move(record))});
+    return py::cast(record_handle{std::move(record)});
 }
 
 std::shared_ptr<future_state> snapshot(py::handle names, py::handle tensors, bool grads)
@@ -41,7 +41,7 @@ std::shared_ptr<future_state> snapshot(py::handle names, py::handle tensors, boo
         [borrowed](future_state& state) {
             return borrowed->read([&state] { return state.cancel_requested(); });
         },
-        [](const gradients_params_record& record) { return present_record(record); });
+        &present_record);
 }
 
 py::tuple save_file(const std::filesystem::path& path, py::handle groups, py::handle sections,
@@ -109,13 +109,12 @@ std::shared_ptr<future_state> export_safetensors_file(const std::filesystem::pat
 {
     return start_job(
         [path, record = record.record](future_state&) { return export_safetensors(*record, path); },
-        [](std::uint64_t bytes) { return py::int_(bytes); });
+        [](const std::shared_ptr<const std::uint64_t>& bytes) { return py::int_(*bytes); });
 }
 
 std::shared_ptr<future_state> import_safetensors_file(const std::filesystem::path& path)
 {
-    return start_job([path](future_state&) { return import_safetensors(path); },
-                     [](const gradients_params_record& record) { return present_record(record); });
+    return start_job([path](future_state&) { return import_safetensors(path); }, &present_record);
 }
 
 // One target and what goes into it, checked before any byte is written; a CUDA target's
@@ -182,11 +181,12 @@ std::vector<copy_plan> plan_copies(py::handle names, py::handle tensors, bool gr
                                                        to_string(target.type) + ", the record's " +
                                                        to_string(entry.dtype)});
         }
-        if (target.dims != entry.data.shape()) {
-            throw_error(error{errc::shape_mismatch, "Tensor " + target.name +
-                                                        ": the target's shape is " +
-                                                        to_string(target.dims) + ", the record's " +
-                                                        to_string(entry.data.shape())});
+        if (!std::equal(target.dims.begin(), target.dims.end(), entry.data.shape().begin(),
+                        entry.data.shape().end())) {
+            throw_error(
+                error{errc::shape_mismatch, "Tensor " + target.name + ": the target's shape is " +
+                                                to_string(target.shape()) + ", the record's " +
+                                                to_string(entry.data.shape())});
         }
         std::optional<cuda_device> device;
         if (target.cuda_ordinal) {

@@ -57,7 +57,11 @@ result<std::vector<tensor_view>> borrow_all(py::handle names, py::handle tensors
         if (grads) {
             // A parameter's .grad, read here: no Python list, no tuple, no garbage
             // collection pass per snapshot of a model of many tensors.
-            grad = tensor.attr("grad");
+            static PyObject* const grad_name = PyUnicode_InternFromString("grad");
+            grad = py::reinterpret_steal<py::object>(PyObject_GetAttr(tensor.ptr(), grad_name));
+            if (!grad) {
+                throw py::error_already_set();
+            }
             if (grad.is_none()) {
                 continue;
             }
@@ -75,19 +79,41 @@ result<std::vector<tensor_view>> borrow_all(py::handle names, py::handle tensors
                           borrow_tensor(tensor, std::string{utf8, static_cast<std::size_t>(size)}));
         views.push_back(std::move(view));
     }
-    // In id order, which the record keeps; two of one id are refused before any copy.
-    std::sort(views.begin(), views.end(),
-              [](const tensor_view& a, const tensor_view& b) { return a.id < b.id; });
-    for (std::size_t i = 1; i < views.size(); ++i) {
-        if (views[i].id == views[i - 1].id) {
-            const std::string& first = views[i - 1].name;
-            const std::string& second = views[i].name;
+    // In id order, which the record keeps; two of one id are refused before any copy. The
+    // ids are sorted, not the views: a view is a hundred bytes and more to move.
+    std::vector<std::pair<param_id, std::size_t>> order;
+    order.reserve(views.size());
+    for (std::size_t i = 0; i < views.size(); ++i) {
+        order.emplace_back(views[i].id, i);
+    }
+    std::sort(order.begin(), order.end());
+    for (std::size_t i = 1; i < order.size(); ++i) {
+        if (order[i].first == order[i - 1].first) {
+            const std::string& first = views[order[i - 1].second].name;
+            const std::string& second = views[order[i].second].name;
             return error{errc::duplicate_param_id,
                          first == second
                              ? "Tensor " + first + " is given twice"
                              : "Tensors " + first + " and " + second + " have one id, " +
-                                   to_string(views[i].id) + "; rename one"};
+                                   to_string(order[i].first) + "; rename one"};
         }
+    }
+    // The views moved into that order in place, a cycle of the permutation at a time: no second
+    // vector of views to allocate and fault in.
+    for (std::size_t start = 0; start < order.size(); ++start) {
+        if (order[start].second == start) {
+            continue;
+        }
+        tensor_view held = std::move(views[start]);
+        std::size_t to = start;
+        while (order[to].second != start) {
+            const std::size_t from = order[to].second;
+            views[to] = std::move(views[from]);
+            order[to].second = to;
+            to = from;
+        }
+        views[to] = std::move(held);
+        order[to].second = to;
     }
     return views;
 }
@@ -163,7 +189,7 @@ result<gradients_params_record> copy_views(std::vector<tensor_view> views,
             bytes = std::move(own);
         }
         entries.push_back({view.id, view.type,
-                           tensor_data{std::move(bytes), std::move(view.dims), view.type},
+                           tensor_data{std::move(bytes), view.shape(), view.type},
                            std::move(view.name)});
     }
     if (stop()) {

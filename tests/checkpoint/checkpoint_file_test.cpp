@@ -233,6 +233,16 @@ BOOST_AUTO_TEST_CASE(forged_names_are_refused_at_load_and_unsavable_names_at_sav
     forge([](auto& i) { i.entries[2].name = i.entries[5].name = "fc1.bias"; });
     expect_load_error(path, errc::malformed_record,
                       "Parameters 3 and 6 have the same name fc1.bias");
+    // Of two names used twice, the one whose second use comes first in the file, whatever
+    // order the names sort in; of a name used three times, its first two uses.
+    forge([](auto& i) {
+        i.entries[1].name = i.entries[4].name = "a.first_in_sort";
+        i.entries[2].name = i.entries[3].name = "z.second_use_first";
+    });
+    expect_load_error(path, errc::malformed_record,
+                      "Parameters 3 and 4 have the same name z.second_use_first");
+    forge([](auto& i) { i.entries[0].name = i.entries[2].name = i.entries[5].name = "w"; });
+    expect_load_error(path, errc::malformed_record, "Parameters 1 and 3 have the same name w");
     forge([](auto& i) { i.entries[0].name = std::string(1024, 'n'); }); // the longest allowed
     BOOST_TEST(ruda::load_checkpoint_file(path).value().gradients().entries()[0].name.size() == 1024U);
     ruda::test::write_bytes(path, whole);
