@@ -4,6 +4,7 @@
 #include "errors.hpp"
 
 #include <ruda/checkpoint/checkpoint.hpp>
+#include <ruda/checkpoint/detail/io_jobs.hpp>
 #include <ruda/optim/validate_record.hpp>
 
 #include <pybind11/stl.h>
@@ -151,17 +152,42 @@ result<gradients_params_record> copy_views(std::vector<tensor_view> views,
     const release_when_done release{views};
     const error cancelled{errc::cancelled, "The snapshot was cancelled"};
     std::size_t slab_bytes = 0;
-    for (const tensor_view& view : views) {
-        if (view.bytes < small) {
-            slab_bytes += in_slab(view.bytes);
+    std::vector<std::size_t> large; // the views with a storage of their own
+    std::uint64_t large_bytes = 0;
+    for (std::size_t i = 0; i < views.size(); ++i) {
+        if (views[i].bytes < small) {
+            slab_bytes += in_slab(views[i].bytes);
+        } else {
+            large.push_back(i);
+            large_bytes += views[i].bytes;
         }
     }
+    // The large ones allocated (their fresh pages mapped) and copied by up to a thread per
+    // core, as the C++ backends' read workers do: one thread alone leaves the memory's
+    // bandwidth and the page faults of the other cores unused.
+    std::vector<storage> owned(large.size());
+    BOOST_OUTCOME_TRY(detail::run_jobs(
+        large.size(), detail::io_threads(0, large_bytes),
+        [&](std::size_t k, unsigned) -> result<void> {
+            const tensor_view& view = views[large[k]];
+            BOOST_OUTCOME_TRY(auto own, storage::try_allocate(view.bytes));
+            std::uint8_t* to = own.writable_data();
+            for (std::size_t at = 0; at < view.bytes; at += piece) {
+                if (stop()) {
+                    return cancelled;
+                }
+                std::memcpy(to + at, view.data + at, std::min(piece, view.bytes - at));
+            }
+            owned[k] = std::move(own);
+            return success();
+        }));
     BOOST_OUTCOME_TRY(auto slab, storage::try_allocate(slab_bytes));
     std::uint8_t* slab_at = slab_bytes == 0 ? nullptr : slab.writable_data();
     std::size_t slab_used = 0;
     std::vector<gradient_entry> entries;
     entries.reserve(views.size());
     std::size_t since_asked = 0;
+    std::size_t next_large = 0;
     for (tensor_view& view : views) {
         storage bytes;
         if (view.bytes < small) {
@@ -178,15 +204,7 @@ result<gradients_params_record> copy_views(std::vector<tensor_view> views,
             bytes = slab.slice(slab_used, view.bytes);
             slab_used += in_slab(view.bytes);
         } else {
-            BOOST_OUTCOME_TRY(auto own, storage::try_allocate(view.bytes));
-            std::uint8_t* to = own.writable_data();
-            for (std::size_t at = 0; at < view.bytes; at += piece) {
-                if (stop()) {
-                    return cancelled;
-                }
-                std::memcpy(to + at, view.data + at, std::min(piece, view.bytes - at));
-            }
-            bytes = std::move(own);
+            bytes = std::move(owned[next_large++]);
         }
         entries.push_back({view.id, view.type,
                            tensor_data{std::move(bytes), view.shape(), view.type},
