@@ -68,6 +68,17 @@ def run(script: str, tmp_path: pathlib.Path) -> str:
     return done.stdout
 
 
+# clang 14's AddressSanitizer does not hold its allocator's locks across fork(): a child forked
+# while one of the parent's threads frees memory (ruda's I/O thread finishing a job just after
+# its future completed) finds them held for ever, and its first new thread waits in free()
+# (seen: pthread_getattr_np's free at thread start). glibc's malloc locks its arenas around
+# fork; the Release and Meson builds run these tests.
+FORK_UNDER_ASAN = pytest.mark.skipif(
+    "asan" in os.environ.get("LD_PRELOAD", ""),
+    reason="clang 14's AddressSanitizer allocator is not fork-safe with threads running")
+
+
+@FORK_UNDER_ASAN
 def test_a_forked_child_snapshots_with_its_own_threads(tmp_path: pathlib.Path) -> None:
     out = run("""
         import os, numpy as np, ruda
