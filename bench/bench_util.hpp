@@ -71,12 +71,18 @@ inline double median_of(int reps, const std::function<double()>& run)
 }
 
 /// fsync of a file another library wrote (torch::save does not sync); exits if it fails.
+/// Says what failed (with errno's text) and exits: a benchmark cannot go on without it.
+[[noreturn]] inline void die(const std::string& what)
+{
+    std::perror(what.c_str());
+    std::exit(1);
+}
+
 inline void fsync_file(const std::filesystem::path& path)
 {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0 || ::fsync(fd) != 0 || ::close(fd) != 0) {
-        std::perror(("fsync " + path.string()).c_str());
-        std::exit(1);
+        die("fsync " + path.string());
     }
 }
 
@@ -94,23 +100,20 @@ inline void raw_write(const std::filesystem::path& path, const ruda::checkpoint&
 {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        std::perror(("open " + path.string()).c_str());
-        std::exit(1);
+        die("open " + path.string());
     }
     for (std::size_t i = first; i < last; ++i) {
         const auto& bytes = c.gradients().entries()[i].data.bytes();
         for (std::size_t done = 0; done < bytes.size();) {
             const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
             if (n <= 0) {
-                std::perror("write");
-                std::exit(1);
+                die("write");
             }
             done += static_cast<std::size_t>(n);
         }
     }
     if (::fsync(fd) != 0 || ::close(fd) != 0) {
-        std::perror("fsync");
-        std::exit(1);
+        die("fsync");
     }
 }
 

@@ -29,38 +29,41 @@
 //   checkpoint [--tensors N] [--mib-per-tensor N | --elements N] [--dtype f32|bf16] [--reps N]
 //              [--dir DIR] [--json PATH] [--check] [--sweep | --training-state]
 #include "bench_util.hpp"
+#include "checkpoint_contents.hpp"
+#include "peak_rss.hpp"
+#include "raw_limits.hpp"
+#include "unchangeable_file.hpp"
 
 #include <ruda/checkpoint/detail/io_jobs.hpp>
 #include <ruda/ruda.hpp>
 
-#include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <malloc.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
-#include <memory>
 #include <optional>
-#include <thread>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
 
+using bench::child_rss;
+using bench::copy_all;
+using bench::die;
+using bench::make_checkpoint;
+using bench::make_training_state;
 using bench::median;
+using bench::raw_parallel_read;
+using bench::raw_parallel_write;
+using bench::raw_read;
 using bench::seconds;
+using bench::unchangeable_file;
 namespace fs = std::filesystem;
 
 using cpu = ruda::cpu_backend;
@@ -107,221 +110,6 @@ void parse(int argc, char** argv, settings& s)
                [&s] { return s.tensors > 0 && s.elements_per_tensor() > 0 && s.reps >= 1; });
 }
 
-[[noreturn]] void die(const std::string& what)
-{
-    std::perror(what.c_str());
-    std::exit(1);
-}
-
-// Tensor i holds i + k * 0.001 at index k, in f32 arithmetic (the torch peers make the same),
-// plus `offset`; ids from `first_id` on.
-ruda::gradients_params_record make_record(std::size_t tensors, std::size_t elements,
-                                          ruda::dtype dtype, float offset = 0,
-                                          std::uint64_t first_id = 1)
-{
-    std::vector<ruda::gradient_entry> entries;
-    for (std::size_t i = 0; i < tensors; ++i) {
-        std::vector<float> values(elements);
-        for (std::size_t k = 0; k < elements; ++k) {
-            values[k] = static_cast<float>(i) + static_cast<float>(k) * 1e-3F + offset;
-        }
-        auto data = ruda::tensor_data::from_values(std::move(values), {elements}).value();
-        entries.push_back(
-            {ruda::param_id{first_id + i}, dtype, std::move(data).convert(dtype).value()});
-    }
-    return ruda::gradients_params_record{std::move(entries)};
-}
-
-ruda::checkpoint make_checkpoint(std::size_t tensors, std::size_t elements, ruda::dtype dtype)
-{
-    ruda::checkpoint c{make_record(tensors, elements, dtype)};
-    c.put("step", std::uint64_t{1000}).value();
-    return c;
-}
-
-// A trainer's whole state of the same model: the gradients, the weights, and Adam's two
-// moments per parameter in the optimizer group, four times the gradients' bytes.
-ruda::checkpoint make_training_state(std::size_t tensors, std::size_t elements, ruda::dtype dtype)
-{
-    ruda::checkpoint c = make_checkpoint(tensors, elements, dtype);
-    c.put_group("weights", make_record(tensors, elements, dtype, 0.5F)).value();
-    auto moments = make_record(tensors, elements, dtype, 0.25F).into_entries();
-    for (auto& entry : make_record(tensors, elements, dtype, 0.75F, tensors + 1).into_entries()) {
-        moments.push_back(std::move(entry));
-    }
-    c.put_group("optimizer", ruda::gradients_params_record{std::move(moments)}).value();
-    return c;
-}
-
-// The baseline load: read() the whole file into `file` (a buffer reused from run to run, so
-// its pages are already mapped), then memcpy each tensor into a fresh buffer.
-std::size_t raw_read(const fs::path& path, std::vector<std::uint8_t>& file, std::size_t tensors,
-                     std::size_t tensor_bytes)
-{
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        die("open " + path.string());
-    }
-    const std::size_t size = tensors * tensor_bytes;
-    file.resize(size);
-    std::size_t done = 0;
-    while (done < size) {
-        const ssize_t n = ::read(fd, file.data() + done, size - done);
-        if (n <= 0) {
-            die("read");
-        }
-        done += static_cast<std::size_t>(n);
-    }
-    ::close(fd);
-    std::vector<std::unique_ptr<std::uint8_t[]>> copies(tensors);
-    for (std::size_t i = 0; i < tensors; ++i) {
-        copies[i].reset(new std::uint8_t[tensor_bytes]);
-        std::memcpy(copies[i].get(), file.data() + i * tensor_bytes, tensor_bytes);
-    }
-    return copies.back()[1];
-}
-
-// Runs `work(i)` for i in [0, n) on n threads at once.
-template <class Work>
-void on_threads(unsigned n, Work work)
-{
-    std::vector<std::thread> threads;
-    for (unsigned i = 0; i < n; ++i) {
-        threads.emplace_back(work, i);
-    }
-    for (auto& t : threads) {
-        t.join();
-    }
-}
-
-// The tensors [first, last) of share `i` of `n`.
-std::pair<std::size_t, std::size_t> share(std::size_t tensors, unsigned i, unsigned n)
-{
-    return {tensors * i / n, tensors * (i + 1) / n};
-}
-
-// The disk's parallel limit for a save: the same bytes in `writers` shares of whole tensors,
-// each written by its own thread to its own file with write() and then fsync, as `dd
-// conv=fsync` run `writers` times at once.
-void raw_parallel_write(const fs::path& dir, const ruda::checkpoint& c, unsigned writers)
-{
-    on_threads(writers, [&](unsigned w) {
-        const auto [first, last] = share(c.gradients().entries().size(), w, writers);
-        bench::raw_write(dir / ("raw-" + std::to_string(w) + ".bin"), c, first, last);
-    });
-}
-
-// The parallel limit for a load: `readers` threads, each pread()ing its share of the tensors
-// of the raw file into the reused buffer and copying them into fresh buffers.
-std::size_t raw_parallel_read(const fs::path& path, std::vector<std::uint8_t>& file,
-                              std::size_t tensors, std::size_t tensor_bytes, unsigned readers)
-{
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        die("open " + path.string());
-    }
-    file.resize(tensors * tensor_bytes);
-    std::vector<std::unique_ptr<std::uint8_t[]>> copies(tensors);
-    on_threads(readers, [&](unsigned r) {
-        const auto [first, last] = share(tensors, r, readers);
-        const std::size_t begin = first * tensor_bytes;
-        const std::size_t end = last * tensor_bytes;
-        for (std::size_t done = begin; done < end;) {
-            const ssize_t n = ::pread(fd, file.data() + done, end - done, static_cast<off_t>(done));
-            if (n <= 0) {
-                die("read");
-            }
-            done += static_cast<std::size_t>(n);
-        }
-        for (std::size_t i = first; i < last; ++i) {
-            copies[i].reset(new std::uint8_t[tensor_bytes]);
-            std::memcpy(copies[i].get(), file.data() + i * tensor_bytes, tensor_bytes);
-        }
-    });
-    ::close(fd);
-    return copies.back()[1];
-}
-
-std::uint64_t status_kib(const char* field)
-{
-    std::ifstream status{"/proc/self/status"};
-    std::string line;
-    while (std::getline(status, line)) {
-        if (line.rfind(field, 0) == 0) {
-            return std::strtoull(line.c_str() + std::strlen(field), nullptr, 10);
-        }
-    }
-    return 0;
-}
-
-struct rss_sample {
-    double before_mib = 0; // RSS when the operation starts
-    double peak_mib = 0;   // the high-water mark during it
-};
-
-// Runs `prepare` then `operation` in a child process, with the RSS high-water mark reset in
-// between (/proc/self/clear_refs), and reports both through a pipe.
-template <class Prepare, class Operation>
-rss_sample child_rss(Prepare prepare, Operation operation)
-{
-    int pipe_fds[2];
-    if (::pipe(pipe_fds) != 0) {
-        die("pipe");
-    }
-    const pid_t child = ::fork();
-    if (child < 0) {
-        die("fork");
-    }
-    if (child == 0) {
-        ::close(pipe_fds[0]);
-        auto state = prepare();
-        ::malloc_trim(0); // what prepare() freed goes back to the system
-        {
-            std::ofstream reset{"/proc/self/clear_refs"};
-            reset << "5";
-        }
-        rss_sample sample;
-        sample.before_mib = static_cast<double>(status_kib("VmRSS:")) / 1024.0;
-        operation(state);
-        sample.peak_mib = static_cast<double>(status_kib("VmHWM:")) / 1024.0;
-        if (::write(pipe_fds[1], &sample, sizeof sample) != sizeof sample) {
-            std::_Exit(1);
-        }
-        std::_Exit(0);
-    }
-    ::close(pipe_fds[1]);
-    rss_sample sample;
-    const bool got = ::read(pipe_fds[0], &sample, sizeof sample) == sizeof sample;
-    ::close(pipe_fds[0]);
-    int status = 0;
-    ::waitpid(child, &status, 0);
-    if (!got || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        std::fprintf(stderr, "the RSS measurement failed\n");
-        std::exit(1);
-    }
-    return sample;
-}
-
-// The snapshot baselines: every tensor's bytes copied into `copies`, allocated here (fresh) or
-// already sized from an earlier run (reused).
-std::size_t copy_all(const ruda::gradients_params_record& record,
-                     std::vector<std::vector<std::uint8_t>>& copies, bool fresh)
-{
-    const auto& entries = record.entries();
-    if (fresh) {
-        copies.clear();
-        copies.resize(entries.size());
-    }
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-        const auto& bytes = entries[i].data.bytes();
-        if (fresh) {
-            copies[i].resize(bytes.size());
-        }
-        std::memcpy(copies[i].data(), bytes.data(), bytes.size());
-    }
-    return copies.back()[1];
-}
-
 // load_checkpoint_file + from_record<cpu_backend>, timed; the gradients are freed untimed.
 double time_load_and_restore(const fs::path& path, std::size_t& sink,
                              const ruda::checkpoint_load_options& options = {})
@@ -340,58 +128,6 @@ double time_load_and_restore(const fs::path& path, std::size_t& sink,
     sink += restored->size();
     return time;
 }
-
-// A file ruda may map: `path` itself with the immutable flag set where this process may set it
-// (root, on a file system that keeps the flag), cleared again on destruction; otherwise a
-// sealed memfd holding a copy of it.
-class unchangeable_file {
-public:
-    explicit unchangeable_file(const fs::path& path) : path_(path)
-    {
-        fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd_ < 0) {
-            die("open " + path.string());
-        }
-        if (::ioctl(fd_, FS_IOC_GETFLAGS, &flags_) == 0) {
-            int immutable = flags_ | FS_IMMUTABLE_FL;
-            immutable_ = ::ioctl(fd_, FS_IOC_SETFLAGS, &immutable) == 0;
-        }
-        if (immutable_) {
-            return;
-        }
-        const int memfd = ::memfd_create("bench-checkpoint", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        if (memfd < 0) {
-            die("memfd_create");
-        }
-        const auto size = static_cast<std::size_t>(fs::file_size(path));
-        std::vector<std::uint8_t> bytes(size);
-        if (::pread(fd_, bytes.data(), size, 0) != static_cast<ssize_t>(size) ||
-            ::write(memfd, bytes.data(), size) != static_cast<ssize_t>(size) ||
-            ::fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) != 0) {
-            die("sealed memfd");
-        }
-        ::close(fd_);
-        fd_ = memfd;
-        path_ = "/proc/self/fd/" + std::to_string(memfd);
-    }
-    ~unchangeable_file()
-    {
-        if (immutable_) {
-            static_cast<void>(::ioctl(fd_, FS_IOC_SETFLAGS, &flags_));
-        }
-        ::close(fd_);
-    }
-    unchangeable_file(const unchangeable_file&) = delete;
-    unchangeable_file& operator=(const unchangeable_file&) = delete;
-    [[nodiscard]] const fs::path& path() const { return path_; }
-    [[nodiscard]] bool immutable() const { return immutable_; }
-
-private:
-    fs::path path_;
-    int fd_ = -1;
-    int flags_ = 0;
-    bool immutable_ = false;
-};
 
 // The save of a trainer's whole state against four gradients-only saves of the same model one
 // after another, the two alternating (which goes first alternates too), each from a quiet
