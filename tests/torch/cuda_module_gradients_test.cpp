@@ -1,10 +1,9 @@
-// from_module over a model's CUDA tensors, and the restores into them in place. Two suites:
-// - torch_cuda_module: against the test double of the driver API. The model's tensors are
-//   torch tensors over the double's "device memory", as torch's CUDA allocator would give them
-//   (this libtorch may have no CUDA; a tensor still carries its device and address, and ruda
-//   needs nothing more of it);
-// - torch_cuda_module_gpu: a real model trained on a real GPU; runs where libtorch has CUDA and
-//   a GPU is present (scripts/gpu-check), and is skipped elsewhere.
+// from_module over a model's CUDA tensors, and the restores into them in place, against the
+// test double of the driver API (suite torch_cuda_module). The model's tensors are torch tensors
+// over the double's "device memory", as torch's CUDA allocator would give them (this libtorch
+// may have no CUDA; a tensor still carries its device and address, and ruda needs nothing more
+// of it). cuda_module_gpu_test.cpp runs the same on a real GPU.
+#include "../support/entry_named.hpp"
 #include "../support/error_text.hpp"
 #include "../backend/cuda_test_support.hpp"
 
@@ -13,9 +12,6 @@
 #include <ruda/record/precision.hpp>
 
 #include <c10/core/TensorImpl.h>
-#include <torch/nn/modules/activation.h>
-#include <torch/nn/modules/container/sequential.h>
-#include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
 #include <torch/types.h>
@@ -32,6 +28,7 @@
 
 namespace {
 
+using ruda::test::entry_named;
 using ruda::test::says;
 using ruda::errc;
 using ruda::test::fake;
@@ -149,18 +146,6 @@ ruda::gradients_params_record full_record(std::uint8_t seed)
     }};
 }
 
-const ruda::gradient_entry& find(const ruda::gradients_params_record& record,
-                                 const std::string& name)
-{
-    for (const auto& e : record.entries()) {
-        if (e.name == name) {
-            return e;
-        }
-    }
-    BOOST_FAIL("no entry " + name);
-    throw std::logic_error{"unreachable"};
-}
-
 bytes stored(const ruda::gradient_entry& e)
 {
     return e.data.bytes().to_vector();
@@ -201,9 +186,9 @@ BOOST_FIXTURE_TEST_CASE(from_module_borrows_every_gradient_in_place_after_the_tr
     auto record = grads.value().try_to_record<ruda::cuda_backend>();
     BOOST_REQUIRE(record.has_value());
     BOOST_TEST(record.value().entries().size() == 3U);
-    BOOST_TEST(stored(find(record.value(), "fc.weight")) == fc_weight);
-    BOOST_TEST(stored(find(record.value(), "fc.bias")) == fc_bias);
-    const auto& half = find(record.value(), "head.weight");
+    BOOST_TEST(stored(entry_named(record.value(), "fc.weight")) == fc_weight);
+    BOOST_TEST(stored(entry_named(record.value(), "fc.bias")) == fc_bias);
+    const auto& half = entry_named(record.value(), "head.weight");
     BOOST_TEST(half.dtype == ruda::dtype::f16());
     BOOST_TEST(stored(half) == head_weight);
 }
@@ -220,7 +205,7 @@ BOOST_FIXTURE_TEST_CASE(a_snapshot_keeps_the_gradients_alive_after_the_module_le
 
     auto record = grads.try_to_record<ruda::cuda_backend>();
     BOOST_REQUIRE(record.has_value());
-    BOOST_TEST(stored(find(record.value(), "fc.bias")) == values);
+    BOOST_TEST(stored(entry_named(record.value(), "fc.bias")) == values);
     grads = ruda::gradients_params{};
     BOOST_TEST(fake::count("fake_cuda_device_allocations") == before - 1);
 }
@@ -233,7 +218,7 @@ BOOST_FIXTURE_TEST_CASE(parameters_from_module_borrows_the_values, model_on_fake
     BOOST_TEST(values.value().size() == 4U);
     auto record = values.value().try_to_record<ruda::cuda_backend>();
     BOOST_REQUIRE(record.has_value());
-    BOOST_TEST(stored(find(record.value(), "head.weight")) == pattern(12, 40));
+    BOOST_TEST(stored(entry_named(record.value(), "head.weight")) == pattern(12, 40));
 }
 
 BOOST_FIXTURE_TEST_CASE(gradients_it_cannot_borrow_are_refused_naming_the_parameter,
@@ -489,11 +474,11 @@ BOOST_FIXTURE_TEST_CASE(a_whole_training_state_round_trips_on_the_gpu, model_on_
     auto saved = ruda::snapshot_training_state(model, adam, 3, on);
     BOOST_REQUIRE(saved.has_value());
     const auto& optimizer = *saved.value().group("optimizer");
-    BOOST_TEST(stored(find(optimizer, "fc.weight.exp_avg")) == pattern(48, 30));
-    BOOST_TEST(stored(find(optimizer, "fc.weight.exp_avg_sq")) == pattern(48, 40));
-    BOOST_TEST(find(optimizer, "fc.weight.step").data.values<std::int64_t>().value()[0] == 3);
-    BOOST_TEST(stored(find(*saved.value().group("weights"), "head.weight")) == pattern(12, 12));
-    BOOST_TEST(stored(find(saved.value().gradients(), "fc.weight")) == grad);
+    BOOST_TEST(stored(entry_named(optimizer, "fc.weight.exp_avg")) == pattern(48, 30));
+    BOOST_TEST(stored(entry_named(optimizer, "fc.weight.exp_avg_sq")) == pattern(48, 40));
+    BOOST_TEST(entry_named(optimizer, "fc.weight.step").data.values<std::int64_t>().value()[0] == 3);
+    BOOST_TEST(stored(entry_named(*saved.value().group("weights"), "head.weight")) == pattern(12, 12));
+    BOOST_TEST(stored(entry_named(saved.value().gradients(), "fc.weight")) == grad);
 
     model_on_fake target;
     torch::optim::Adam fresh{target.model.parameters(), torch::optim::AdamOptions(0.001)};
@@ -523,96 +508,6 @@ BOOST_FIXTURE_TEST_CASE(a_whole_training_state_round_trips_on_the_gpu, model_on_
     BOOST_REQUIRE(!refused.has_value());
     BOOST_TEST(refused.error().code() == errc::unsupported_device);
     BOOST_TEST(says(refused.error(), "Optimizer state fc.weight.exp_avg: the tensor is on cpu"));
-}
-
-BOOST_AUTO_TEST_SUITE_END()
-
-// A real model on a real GPU: the gradients of a few steps snapshotted in place and compared
-// with torch's own copies, then restored into a fresh model, on torch's current stream.
-BOOST_AUTO_TEST_SUITE(torch_cuda_module_gpu,
-                      *boost::unit_test::precondition([](boost::unit_test::test_unit_id) {
-                          return ruda::torch_has_cuda() && ruda::test::gpu_present();
-                      }))
-
-BOOST_AUTO_TEST_CASE(gpu_gradients_round_trip_bit_identical_on_the_current_stream)
-{
-    const c10::Device cuda{c10::kCUDA, 0};
-    torch::manual_seed(7);
-    torch::nn::Linear model{torch::nn::LinearOptions(256, 128)};
-    model->to(cuda);
-    const at::Tensor input = torch::randn({64, 256}, at::TensorOptions().device(cuda));
-    model->forward(input).square().sum().backward();
-
-    auto gpu = ruda::cuda_device::open().value();
-    auto grads = ruda::from_module(*model, {gpu});
-    BOOST_REQUIRE(grads.has_value());
-    auto record = grads.value().try_to_record<ruda::cuda_backend>();
-    BOOST_REQUIRE(record.has_value());
-    for (const auto& item : model->named_parameters()) {
-        const at::Tensor expected = item.value().grad().cpu().contiguous();
-        const auto& e = find(record.value(), item.key());
-        BOOST_REQUIRE(e.data.bytes().size() == expected.nbytes());
-        BOOST_TEST(std::memcmp(e.data.bytes().data(), expected.data_ptr(), expected.nbytes()) == 0,
-                   item.key());
-    }
-
-    torch::nn::Linear fresh{torch::nn::LinearOptions(256, 128)};
-    fresh->to(cuda);
-    BOOST_REQUIRE(ruda::restore_gradients(record.value(), *fresh, {gpu}).has_value());
-    BOOST_REQUIRE(ruda::restore_parameters(ruda::parameters_from_module(*model, {gpu})
-                                               .value()
-                                               .try_to_record<ruda::cuda_backend>()
-                                               .value(),
-                                           *fresh, {gpu})
-                      .has_value());
-    for (const auto& item : model->named_parameters()) {
-        const at::Tensor& restored = fresh->named_parameters()[item.key()];
-        BOOST_TEST(torch::equal(restored.grad().cpu(), item.value().grad().cpu()), item.key());
-        BOOST_TEST(torch::equal(restored.cpu(), item.value().cpu()), item.key());
-    }
-}
-
-// A real model trained with Adam and dropout on the GPU, its whole state snapshot mid-training
-// and restored into a fresh model and optimizer on the GPU, which must end training
-// bit-identical to the uninterrupted run.
-BOOST_AUTO_TEST_CASE(gpu_training_state_resumes_bit_for_bit)
-{
-    const c10::Device cuda{c10::kCUDA, 0};
-    auto gpu = ruda::cuda_device::open().value();
-    const auto make = [&] {
-        torch::manual_seed(3);
-        torch::nn::Sequential model{torch::nn::Linear(32, 64), torch::nn::Tanh(),
-                                    torch::nn::Dropout(0.2), torch::nn::Linear(64, 4)};
-        model->to(cuda);
-        return model;
-    };
-    const auto train = [&](torch::nn::Sequential& model, torch::optim::Adam& adam, int step) {
-        const auto x = torch::sin(torch::arange(0, 256, at::TensorOptions().device(cuda))
-                                      .reshape({8, 32}) * (step + 1));
-        adam.zero_grad();
-        model->forward(x).square().mean().backward();
-        adam.step();
-    };
-    auto model = make();
-    torch::optim::Adam adam{model->parameters(), torch::optim::AdamOptions(1e-3)};
-    ruda::checkpoint saved;
-    for (int step = 0; step < 6; ++step) {
-        if (step == 3) {
-            saved = ruda::snapshot_training_state(*model, adam, 3, {gpu}).value();
-        }
-        train(model, adam, step);
-    }
-    auto resumed = make();
-    torch::optim::Adam fresh{resumed->parameters(), torch::optim::AdamOptions(1e-3)};
-    torch::manual_seed(99);
-    BOOST_REQUIRE(ruda::restore_training_state(saved, *resumed, fresh, {gpu}).has_value());
-    for (int step = 3; step < 6; ++step) {
-        train(resumed, fresh, step);
-    }
-    for (const auto& item : model->named_parameters()) {
-        BOOST_TEST(torch::equal(resumed->named_parameters()[item.key()].cpu(), item.value().cpu()),
-                   item.key());
-    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
