@@ -72,16 +72,6 @@ bool host_producer(py::handle tensor)
     return ndarray != nullptr && Py_TYPE(tensor.ptr()) == ndarray;
 }
 
-// A str made once, for the process's life, whose hash Python keeps.
-PyObject* interned(const char* text)
-{
-    PyObject* name = PyUnicode_InternFromString(text);
-    if (name == nullptr) {
-        throw py::error_already_set();
-    }
-    return name;
-}
-
 // What the direct reading of torch tensors needs from torch, found once torch is imported
 // (never imported here: a program without torch pays nothing), and the names of the attributes
 // it reads, interned once: a lookup by a C string makes and hashes a new str each time, which
@@ -136,16 +126,6 @@ const torch_types* torch_if_imported()
         return nullptr;
     }
     return found;
-}
-
-// `object.<name>`, raising Python's error when it fails.
-py::object attribute(py::handle object, PyObject* name)
-{
-    auto value = py::reinterpret_steal<py::object>(PyObject_GetAttr(object.ptr(), name));
-    if (!value) {
-        throw py::error_already_set();
-    }
-    return value;
 }
 
 // `object.<name>()`, likewise, with no bound method made on the way.
@@ -359,6 +339,24 @@ result<tensor_view> borrow_dlpack(py::handle tensor, std::string name)
 }
 
 } // namespace
+
+PyObject* interned(const char* text)
+{
+    PyObject* name = PyUnicode_InternFromString(text);
+    if (name == nullptr) {
+        throw py::error_already_set();
+    }
+    return name;
+}
+
+py::object attribute(py::handle object, PyObject* name)
+{
+    auto value = py::reinterpret_steal<py::object>(PyObject_GetAttr(object.ptr(), name));
+    if (!value) {
+        throw py::error_already_set();
+    }
+    return value;
+}
 
 void dlpack_release::operator()(DLManagedTensor* managed) const noexcept
 {

@@ -21,6 +21,13 @@
 
 namespace ruda::python {
 
+/// A str made once, for the process's life, whose hash Python keeps: attribute lookups by it
+/// skip making and hashing a new str from a C string each time. GIL held.
+[[nodiscard]] PyObject* interned(const char* text);
+
+/// `object.<name>`, raising Python's error when it fails. GIL held.
+[[nodiscard]] pybind11::object attribute(pybind11::handle object, PyObject* name);
+
 /// Calls a DLPack producer's deleter: what releases its tensor.
 struct dlpack_release {
     void operator()(DLManagedTensor* managed) const noexcept;

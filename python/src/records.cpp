@@ -58,11 +58,8 @@ result<std::vector<tensor_view>> borrow_all(py::handle names, py::handle tensors
         if (grads) {
             // A parameter's .grad, read here: no Python list, no tuple, no garbage
             // collection pass per snapshot of a model of many tensors.
-            static PyObject* const grad_name = PyUnicode_InternFromString("grad");
-            grad = py::reinterpret_steal<py::object>(PyObject_GetAttr(tensor.ptr(), grad_name));
-            if (!grad) {
-                throw py::error_already_set();
-            }
+            static PyObject* const grad_name = interned("grad");
+            grad = attribute(tensor, grad_name);
             if (grad.is_none()) {
                 continue;
             }
