@@ -1,8 +1,9 @@
-// The CUDA device: opened on the primary context, its streams and rings made before its worker
-// thread starts, and its public calls. One worker thread issues every read's copies and learns
-// of their landing through host functions that only post back to it, so all read state is
-// touched on that thread; uploads and device staging run on the caller's thread under their
-// own locks. Each mechanism has a file of its own: cuda_device_internals.hpp says which.
+// The CUDA device: opened on the primary context, its parts (streams, the staging ring, the
+// record pool) made before its worker thread starts, the worker's life, and the public calls.
+// One worker thread issues every read's copies and learns of their landing through host
+// functions that only post back to it, so all read state is touched on that thread; uploads and
+// device staging run on the caller's thread under their own locks. Each part has a file of its
+// own: cuda_device_internals.hpp says which.
 #include "cuda_device_internals.hpp"
 
 #include <ruda/backend/cuda_device.hpp>
@@ -11,66 +12,63 @@
 
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/cancellation_type.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <array>
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <cstring>
-#include <deque>
-#include <mutex>
-#include <optional>
+#include <iterator>
 #include <thread>
-#include <unordered_set>
+#include <utility>
+#include <vector>
 
 namespace ruda {
 namespace detail {
 
+cuda_device_state::cuda_device_state(std::shared_ptr<const cuda_context> context,
+                                     cuda_device::options opts, std::string name)
+    : context_(std::move(context)), options_(std::move(opts)), name_(std::move(name)),
+      ring_(context_, options_.staging_bytes),
+      landings_(
+          context_, io_,
+          {.landed = [this](std::unique_ptr<cuda_batch> batch) { reads_.landed(std::move(batch)); },
+           .context_failed = [this](CUresult status) { reads_.context_failed(status); }}),
+      uploads_(context_, shared_parts()), reads_(context_, shared_parts(),
+                                                 [this] {
+                                                     work_.reset();
+                                                     landings_.stop_watching();
+                                                 }),
+      work_(io_.get_executor())
+{
+}
+
 result<void> cuda_device_state::create()
 {
     BOOST_OUTCOME_TRY(context_->make_current());
-    for (CUstream* stream : {&copy_stream_, &upload_stream_, &notify_stream_}) {
-        BOOST_OUTCOME_TRY(context_->check(api_.cuStreamCreate(stream, stream_non_blocking),
-                                          errc::device_unavailable, "cuStreamCreate"));
-    }
-    for (CUevent* event :
-         {&read_event_, &upload_event_, &landing_event_, &consumer_event_}) {
-        BOOST_OUTCOME_TRY(context_->check(api_.cuEventCreate(event, event_disable_timing),
-                                          errc::device_unavailable, "cuEventCreate"));
-    }
-    staging_memory_ = static_cast<std::uint8_t*>(
-        pinned_memory::allocate(*context_, options_.staging_bytes));
-    if (staging_memory_ == nullptr) {
-        return error{errc::allocation_too_large,
-                     "cuda device " + std::to_string(ordinal()) + ": cannot pin " +
-                         std::to_string(options_.staging_bytes) + " bytes of staging memory"};
-    }
-    if (options_.device_staging_bytes > 0) {
-        BOOST_OUTCOME_TRY(device_staging_,
-                          device_staging::create(context_, options_.device_staging_bytes));
-    }
     if (options_.pinned_records) {
         auto context = context_;
         record_pool_ = storage_pool::create(
             {.max_cached_bytes = options_.max_cached_record_bytes,
-             .source = {
-                 .allocate =
-                     [context](std::size_t size) {
-                         return pinned_memory::allocate(*context, size);
-                     },
-                 .free = [context](void* memory,
-                                   std::size_t) { pinned_memory::free(*context, memory); },
-                 .name = "pinned host memory of cuda device " + std::to_string(ordinal())}});
+             .source = {.allocate =
+                            [context](std::size_t size) {
+                                return pinned_memory::allocate(*context, size);
+                            },
+                        .free = [context](void* memory,
+                                          std::size_t) { pinned_memory::free(*context, memory); },
+                        .name = "pinned host memory of cuda device " + std::to_string(ordinal())}});
+    }
+    BOOST_OUTCOME_TRY(reads_.create(record_pool_));
+    BOOST_OUTCOME_TRY(uploads_.create());
+    BOOST_OUTCOME_TRY(landings_.create(reads_.copy_stream()));
+    BOOST_OUTCOME_TRY(ring_.create());
+    if (options_.device_staging_bytes > 0) {
+        BOOST_OUTCOME_TRY(device_staging_,
+                          device_staging::create(context_, options_.device_staging_bytes));
     }
     worker_ = std::thread([this] {
         const no_blocking_scope device_thread;
         if (!context_->make_current()) {
-            worker_has_context_ = false;
+            landings_.worker_lacks_context();
+            reads_.worker_lacks_context();
         }
         io_.run();
     });
@@ -80,49 +78,32 @@ result<void> cuda_device_state::create()
 cuda_device_state::~cuda_device_state()
 {
     if (worker_.joinable()) {
-        boost::asio::post(io_, [this] { shut_down(); });
+        boost::asio::post(io_, [this] { reads_.shut_down(); });
         worker_.join();
     }
-    while (callbacks_inside_.load() != 0) {
-        std::this_thread::yield(); // a host function returning from its post
-    }
-    if (!context_->make_current()) {
-        return;
-    }
-    if (staging_memory_ != nullptr) {
-        pinned_memory::free(*context_, staging_memory_);
-    }
-    for (CUevent event : {read_event_, upload_event_, landing_event_, consumer_event_}) {
-        if (event != nullptr) {
-            api_.cuEventDestroy(event);
-        }
-    }
-    for (CUstream stream : {copy_stream_, notify_stream_, upload_stream_}) {
-        if (stream != nullptr) {
-            api_.cuStreamDestroy(stream);
-        }
-    }
+    landings_.wait_for_host_functions();
+    // The parts release their streams, events and memory as they go.
 }
 
 void cuda_device_state::submit(std::shared_ptr<const cuda_tensor_desc> tensor,
                                boost::asio::any_io_executor work, cuda_read_handler handler)
 {
     auto slot = boost::asio::get_associated_cancellation_slot(handler);
-    auto op = std::make_shared<cuda_read_op>(std::move(tensor), std::move(work),
-                                             std::move(handler));
+    auto op =
+        std::make_shared<cuda_read_op>(std::move(tensor), std::move(work), std::move(handler));
     if (slot.is_connected()) {
         // On the reader's thread; the worker does the cancelling. A cancel that comes after
         // the device is gone finds nothing to do.
-        slot.assign([device = weak_from_this(), weak_op = std::weak_ptr<cuda_read_op>(op)](
-                        boost::asio::cancellation_type) {
+        slot.assign([device = weak_from_this(),
+                     weak_op = std::weak_ptr<cuda_read_op>(op)](boost::asio::cancellation_type) {
             const auto target = weak_op.lock();
             if (const auto self = device.lock(); self && target) {
                 boost::asio::post(self->io_,
-                                  [raw = self.get(), target] { raw->cancel(target); });
+                                  [raw = self.get(), target] { raw->reads_.cancel(target); });
             }
         });
     }
-    boost::asio::post(io_, [this, op] { start(op); });
+    boost::asio::post(io_, [this, op] { reads_.start(op); });
 }
 
 void submit_cuda_read(std::shared_ptr<const cuda_tensor_desc> tensor,
@@ -136,14 +117,14 @@ void submit_cuda_read(std::shared_ptr<const cuda_tensor_desc> tensor,
                     result<storage>{error{errc::cancelled, "cuda backend: the device is gone"}});
 }
 
-result<std::shared_ptr<const cuda_tensor_desc>>
-upload_to_cuda(const cuda_device& device, std::span<const std::uint8_t> bytes, shape dims,
-               dtype type)
+result<std::shared_ptr<const cuda_tensor_desc>> upload_to_cuda(const cuda_device& device,
+                                                               std::span<const std::uint8_t> bytes,
+                                                               shape dims, dtype type)
 {
     if (!device.state()) {
         return error{errc::device_unavailable, "cuda backend: the device is gone"};
     }
-    BOOST_OUTCOME_TRY(auto desc, device.state()->upload(bytes, std::move(dims), type));
+    BOOST_OUTCOME_TRY(auto desc, device.state()->uploads().upload(bytes, std::move(dims), type));
     desc.device = device.weak_state();
     return std::make_shared<const cuda_tensor_desc>(std::move(desc));
 }
@@ -207,9 +188,8 @@ result<cuda_device> cuda_device::open(options opts)
     auto shared_context =
         std::make_shared<const detail::cuda_context>(*api, device, context, opts.ordinal);
     opts.staging_bytes = std::max(opts.staging_bytes, detail::page_size());
-    auto state = std::make_shared<detail::cuda_device_state>(*api, std::move(shared_context),
-                                                             std::move(opts),
-                                                             std::string{name.data()});
+    auto state = std::make_shared<detail::cuda_device_state>(
+        std::move(shared_context), std::move(opts), std::string{name.data()});
     BOOST_OUTCOME_TRY(state->create());
     return cuda_device{std::move(state)};
 }
@@ -230,7 +210,7 @@ result<void> cuda_device::order_after_uploads(cuda_stream stream) const
     if (!state_) {
         return error{errc::device_unavailable, "cuda backend: the device is gone"};
     }
-    return state_->order_after_uploads(stream);
+    return state_->uploads().order_after_uploads(stream);
 }
 
 result<void> cuda_device::upload_into(cuda_device_ptr destination,
@@ -240,7 +220,7 @@ result<void> cuda_device::upload_into(cuda_device_ptr destination,
     if (!state_) {
         return error{errc::device_unavailable, "cuda backend: the device is gone"};
     }
-    return state_->upload_into(destination, bytes, consumer);
+    return state_->uploads().upload_into(destination, bytes, consumer);
 }
 
 bool cuda_device::running_in_worker_thread() const { return state_ && state_->in_worker(); }
