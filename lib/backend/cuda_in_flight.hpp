@@ -1,6 +1,7 @@
-// What is in flight on a CUDA device: a read between submission and completion, the pieces its
-// copies are cut into, the batch of pieces one host function reports landed, and the device's
-// counters, which each part counts where it happens. Internal to the CUDA device.
+// What is in flight on a CUDA device: a read between submission and completion (and how it
+// completes), the pieces its copies are cut into, the batch of pieces one host function reports
+// landed, and the device's counters, which each part counts where it happens. Internal to the
+// CUDA device.
 #pragma once
 
 #include "cuda_runs.hpp"
@@ -22,40 +23,6 @@ class cuda_landings;
 
 inline error cancelled_read() { return error{errc::cancelled, "cuda backend: read cancelled"}; }
 
-// One read between submission and completion; touched on the worker only.
-struct cuda_read_op {
-    cuda_read_op(std::shared_ptr<const cuda_tensor_desc> t, boost::asio::any_io_executor w,
-                 cuda_read_handler h)
-        : tensor(std::move(t)), work(std::move(w)), handler(std::move(h))
-    {
-    }
-    std::shared_ptr<const cuda_tensor_desc> tensor;
-    boost::asio::any_io_executor work;
-    cuda_read_handler handler;
-    storage destination;
-    bool started = false;   // the destination exists and the producer was waited for
-    std::size_t issued = 0; // bytes of pieces queued
-    std::size_t landed = 0; // bytes of pieces landed
-    bool stopped = false;   // no further pieces: cancelled or failed
-    std::optional<error> failure;
-    bool done = false;
-};
-
-// One copy: a piece of a read, an upload's piece through the staging ring, or a run's copy.
-struct cuda_piece {
-    std::shared_ptr<cuda_read_op> read; // null for an upload's staging piece or a run
-    std::size_t bytes;
-    std::optional<std::size_t> staging_offset; // in the pinned ring
-    std::size_t destination_offset;
-    std::shared_ptr<cuda_run> run{}; // the run this copy serves
-};
-
-// Pieces queued since the last host function; the next host function reports them landed.
-struct cuda_batch {
-    cuda_landings* owner = nullptr;
-    std::vector<cuda_piece> pieces;
-};
-
 // What cuda_device::stats() reports.
 struct cuda_tally {
     std::atomic<std::uint64_t> reads_completed{0};
@@ -76,6 +43,49 @@ struct cuda_tally {
                 staged.load(),          unstaged.load(),     uploads.load(),
                 bytes_uploaded.load()};
     }
+};
+
+// One read between submission and completion; touched on the worker only.
+struct cuda_read_op {
+    cuda_read_op(std::shared_ptr<const cuda_tensor_desc> t, boost::asio::any_io_executor w,
+                 cuda_read_handler h)
+        : tensor(std::move(t)), work(std::move(w)), handler(std::move(h))
+    {
+    }
+    std::shared_ptr<const cuda_tensor_desc> tensor;
+    boost::asio::any_io_executor work;
+    cuda_read_handler handler;
+    storage destination;
+    bool started = false;   // the destination exists and the producer was waited for
+    std::size_t issued = 0; // bytes of pieces queued
+    std::size_t landed = 0; // bytes of pieces landed
+    bool stopped = false;   // no further pieces: cancelled or failed
+    std::optional<error> failure;
+    bool done = false;
+
+    // Completes the read exactly once, with its bytes or with `failure`: posted to the reader.
+    void finish(std::optional<error> failure, cuda_tally& tally);
+
+    // Completes it with its slice of `run`'s buffer, or with the run's failure.
+    void finish_from(const cuda_run& run, cuda_tally& tally);
+};
+
+// Every read waiting for `run`'s copy completes from it.
+void finish_waiters(cuda_run& run, cuda_tally& tally);
+
+// One copy: a piece of a read, an upload's piece through the staging ring, or a run's copy.
+struct cuda_piece {
+    std::shared_ptr<cuda_read_op> read; // null for an upload's staging piece or a run
+    std::size_t bytes;
+    std::optional<std::size_t> staging_offset; // in the pinned ring
+    std::size_t destination_offset;
+    std::shared_ptr<cuda_run> run{}; // the run this copy serves
+};
+
+// Pieces queued since the last host function; the next host function reports them landed.
+struct cuda_batch {
+    cuda_landings* owner = nullptr;
+    std::vector<cuda_piece> pieces;
 };
 
 } // namespace ruda::detail

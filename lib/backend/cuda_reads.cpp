@@ -1,10 +1,8 @@
 // Reads on the worker, from queue to completion: the copy stream made to wait for the
 // producer, device-to-host copies in pieces into a pinned record or through the ring, runs of
-// small tensors read by one copy, cancellation, landings, a failed context, and the completion
-// posted to the reader.
+// small tensors read by one copy, cancellation, landings and a failed context. How a read then
+// completes is cuda_in_flight.cpp's.
 #include "cuda_reads.hpp"
-
-#include <ruda/runtime/detail/post_completion.hpp>
 
 #include <boost/asio/post.hpp>
 
@@ -39,11 +37,11 @@ cuda_reads::~cuda_reads()
 void cuda_reads::start(const std::shared_ptr<cuda_read_op>& op)
 {
     if (shutting_down_ || op->stopped) {
-        finish(op, cancelled_read());
+        op->finish(cancelled_read(), with_.tally);
         return;
     }
     if (auto failed = with_.ring.fault()) {
-        finish(op, std::move(*failed));
+        op->finish(std::move(*failed), with_.tally);
         return;
     }
     waiting_.push_back(op);
@@ -65,7 +63,7 @@ void cuda_reads::cancel(const std::shared_ptr<cuda_read_op>& op)
     op->stopped = true;
     std::erase(waiting_, op);
     if (op->landed == op->issued) {
-        finish(op, cancelled_read());
+        op->finish(cancelled_read(), with_.tally);
     }
 }
 
@@ -91,12 +89,12 @@ void cuda_reads::pump()
             if (auto begun = begin_read(*op, waited); !begun) {
                 waiting_.pop_front();
                 op->stopped = true;
-                finish(op, std::move(begun).error());
+                op->finish(std::move(begun).error(), with_.tally);
                 continue;
             }
             if (tensor.bytes == 0) {
                 waiting_.pop_front();
-                finish(op, std::nullopt);
+                op->finish(std::nullopt, with_.tally);
                 continue;
             }
         }
@@ -128,7 +126,7 @@ void cuda_reads::pump()
                                             "cuMemcpyDtoHAsync of " + std::to_string(size) +
                                                 " bytes at offset " + std::to_string(op->issued));
             if (op->landed == op->issued) {
-                finish(op, *op->failure);
+                op->finish(*op->failure, with_.tally);
             }
             continue;
         }
@@ -167,7 +165,7 @@ std::size_t cuda_reads::join_run(const std::shared_ptr<cuda_read_op>& op,
         }
     }
     if (run->landed || run->failure) {
-        complete_from_run(op, *run);
+        op->finish_from(*run, with_.tally);
     } else {
         run->waiting.push_back(op);
     }
@@ -198,24 +196,6 @@ std::size_t cuda_reads::issue_run(cuda_run& run, std::vector<CUstream>& waited)
     run.buffer = std::move(buffer).value();
     queued_bytes_ += run.bytes;
     return run.bytes;
-}
-
-void cuda_reads::complete_from_run(const std::shared_ptr<cuda_read_op>& op, const cuda_run& run)
-{
-    if (run.failure) {
-        finish(op, *run.failure);
-        return;
-    }
-    op->destination = run.buffer.slice(op->tensor->run_offset, op->tensor->bytes);
-    finish(op, op->stopped ? std::optional<error>{cancelled_read()} : std::nullopt);
-}
-
-void cuda_reads::complete_run(cuda_run& run)
-{
-    for (const auto& waiter : run.waiting) {
-        complete_from_run(waiter, run);
-    }
-    run.waiting.clear();
 }
 
 result<void> cuda_reads::begin_read(cuda_read_op& op, std::vector<CUstream>& waited)
@@ -266,7 +246,7 @@ void cuda_reads::landed(std::unique_ptr<cuda_batch> batch)
         if (piece.run) {
             piece.run->landed = true;
             queued_bytes_ -= piece.bytes;
-            complete_run(*piece.run);
+            finish_waiters(*piece.run, with_.tally);
             continue;
         }
         if (!piece.read) {
@@ -277,11 +257,11 @@ void cuda_reads::landed(std::unique_ptr<cuda_batch> batch)
         queued_bytes_ -= piece.bytes;
         if (op.landed == op.issued && (op.stopped || op.issued == op.tensor->bytes)) {
             if (op.failure) {
-                finish(piece.read, *op.failure);
+                op.finish(*op.failure, with_.tally);
             } else if (op.stopped) {
-                finish(piece.read, cancelled_read());
+                op.finish(cancelled_read(), with_.tally);
             } else {
-                finish(piece.read, std::nullopt);
+                op.finish(std::nullopt, with_.tally);
             }
         }
     }
@@ -299,7 +279,7 @@ void cuda_reads::context_failed(CUresult status)
             if (piece.run) {
                 piece.run->failure = failure;
                 kept_after_fault_.push_back(std::move(piece.run->buffer));
-                complete_run(*piece.run);
+                finish_waiters(*piece.run, with_.tally);
             } else if (piece.read) {
                 fail_after_fault(piece.read, failure);
             }
@@ -318,29 +298,7 @@ void cuda_reads::fail_after_fault(const std::shared_ptr<cuda_read_op>& op, const
 {
     op->stopped = true;
     kept_after_fault_.push_back(std::move(op->destination));
-    finish(op, failure);
-}
-
-void cuda_reads::finish(const std::shared_ptr<cuda_read_op>& op, std::optional<error> failure)
-{
-    if (op->done) {
-        return;
-    }
-    op->done = true;
-    result<storage> outcome = std::move(op->destination);
-    if (failure) {
-        if (*failure == errc::cancelled) {
-            with_.tally.reads_cancelled.fetch_add(1);
-        } else {
-            with_.tally.reads_failed.fetch_add(1);
-        }
-        outcome = std::move(*failure);
-    } else {
-        with_.tally.reads_completed.fetch_add(1);
-        with_.tally.bytes_read.fetch_add(op->tensor->bytes);
-    }
-    op->tensor.reset();
-    post_completion(std::move(op->work), std::move(op->handler), std::move(outcome));
+    op->finish(failure, with_.tally);
 }
 
 void cuda_reads::shut_down()
@@ -351,7 +309,7 @@ void cuda_reads::shut_down()
         waiting_.pop_front();
         op->stopped = true;
         if (op->landed == op->issued) {
-            finish(op, cancelled_read());
+            op->finish(cancelled_read(), with_.tally);
         }
     }
     end_if_done();

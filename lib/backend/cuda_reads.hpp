@@ -1,8 +1,8 @@
 // Reads on the worker, from queue to completion: the copy stream made to wait for the
 // producer, device-to-host copies in pieces into a pinned record or through the ring, runs of
-// small tensors read by one copy, cancellation, landings, a failed context, and the completion
-// posted to the reader. Every call but create() runs on the worker thread, which owns all of
-// this state. Internal to the CUDA device.
+// small tensors read by one copy, cancellation, landings and a failed context (each read is
+// completed by cuda_in_flight's finish). Every call but create() runs on the worker thread, which
+// owns all of this state. Internal to the CUDA device.
 #pragma once
 
 #include "cuda_context.hpp"
@@ -74,12 +74,6 @@ private:
     // The run's one copy into a pinned buffer from the record pool; the bytes queued.
     std::size_t issue_run(cuda_run& run, std::vector<CUstream>& waited);
 
-    // Completes `op` with its slice of the run's buffer, or with the run's failure.
-    void complete_from_run(const std::shared_ptr<cuda_read_op>& op, const cuda_run& run);
-
-    // Every read waiting for `run` completes from it.
-    void complete_run(cuda_run& run);
-
     // The destination buffer, and the copy stream made to wait for the producer's work so far
     // (once per producer and batch).
     result<void> begin_read(cuda_read_op& op, std::vector<CUstream>& waited);
@@ -89,9 +83,6 @@ private:
 
     // Fails `op` with the context's failure, keeping its destination (a copy may still land).
     void fail_after_fault(const std::shared_ptr<cuda_read_op>& op, const error& failure);
-
-    // Completes `op` exactly once: with its bytes, or with `failure`.
-    void finish(const std::shared_ptr<cuda_read_op>& op, std::optional<error> failure);
 
     // The worker may end once the device is going and no batch is out.
     void end_if_done();
