@@ -1,6 +1,8 @@
 // The checkpoint directory: the commit order is checkpoint file (durable), then "latest"
 // (durable), then retention and removal of stale temporary files, so a failure at any point
-// leaves the previous latest checkpoint in place and loadable.
+// leaves the previous latest checkpoint in place and loadable. The directory's lock is
+// directory_lock.cpp's, the search for the newest checkpoint that loads newest_valid.cpp's, and
+// a queued save's shared outcome save_state.cpp's.
 #include <ruda/checkpoint/checkpoint_manager.hpp>
 #include <ruda/checkpoint/detail/durable_writer.hpp>
 #include <ruda/checkpoint/detail/posix_io.hpp>
@@ -9,66 +11,18 @@
 
 #include <boost/asio/post.hpp>
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <charconv>
-#include <cstdio>
 #include <iterator>
 #include <string>
 #include <system_error>
 
 namespace ruda {
-namespace detail {
-
-void save_state::complete(result<saved_checkpoint> outcome)
-{
-    std::list<waiter> to_call;
-    {
-        const std::lock_guard lock{mutex_};
-        outcome_.emplace(std::move(outcome));
-        to_call.splice(to_call.end(), waiters_);
-    }
-    done_cv_.notify_all();
-    for (waiter& w : to_call) {
-        post_completion(std::move(w.work), std::move(w.handler), *outcome_);
-    }
-}
-
-void save_state::add_waiter(boost::asio::any_io_executor work, handler_type handler)
-{
-    std::unique_lock lock{mutex_};
-    if (!outcome_) {
-        waiters_.emplace_back(std::move(work), std::move(handler));
-        return;
-    }
-    lock.unlock();
-    post_completion(std::move(work), std::move(handler), *outcome_);
-}
-
-bool save_state::done() const
-{
-    const std::lock_guard lock{mutex_};
-    return outcome_.has_value();
-}
-
-result<saved_checkpoint> save_state::wait() const
-{
-    std::unique_lock lock{mutex_};
-    done_cv_.wait(lock, [this] { return outcome_.has_value(); });
-    return *outcome_;
-}
-
-} // namespace detail
-
 namespace {
 
 constexpr std::string_view file_suffix = ".ruda";
 constexpr std::string_view latest_name = "latest";
-constexpr std::string_view lock_name = ".lock";
 
 std::string file_name(std::uint64_t step)
 {
@@ -90,48 +44,6 @@ checkpoint_manager::checkpoint_manager(std::filesystem::path directory,
 checkpoint_manager::~checkpoint_manager()
 {
     writer_.join();
-    if (lock_fd_ >= 0) {
-        ::close(lock_fd_); // releases the lock
-    }
-}
-
-// The lock is an flock on `.lock`, which records who holds it for the message a second manager
-// gives. The kernel drops it when the descriptor's last copy closes: with the process, however
-// it ends. Called with save_mutex_ held.
-result<void> checkpoint_manager::hold_directory()
-{
-    if (lock_fd_ >= 0) {
-        return success();
-    }
-    const auto path = directory_ / lock_name;
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0) {
-        return detail::io_error_from_errno("open the lock", path);
-    }
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        if (errno != EWOULDBLOCK) {
-            auto failure = detail::io_error_from_errno("lock", path);
-            ::close(fd);
-            return failure;
-        }
-        std::array<char, 256> holder{};
-        const ssize_t n = ::pread(fd, holder.data(), holder.size() - 1, 0);
-        ::close(fd);
-        const std::string who =
-            n > 0 ? std::string(holder.data(), static_cast<std::size_t>(n)) : "holder unknown";
-        return error{errc::directory_in_use, "Checkpoint directory " + directory_.string() +
-                                                 " is in use by another manager (" + who +
-                                                 "); one manager per directory"};
-    }
-    std::array<char, 256> host{};
-    static_cast<void>(::gethostname(host.data(), host.size() - 1));
-    const std::string holder = "pid " + std::to_string(::getpid()) + " on " + host.data();
-    // Only a courtesy for the message: the lock itself is what counts.
-    if (::ftruncate(fd, 0) == 0) {
-        static_cast<void>(::pwrite(fd, holder.data(), holder.size(), 0));
-    }
-    lock_fd_ = fd;
-    return success();
 }
 
 std::filesystem::path checkpoint_manager::path_of(std::uint64_t step) const
@@ -148,7 +60,7 @@ result<saved_checkpoint> checkpoint_manager::save(std::uint64_t step, const chec
     if (ec) {
         return error{errc::io_error, "Creating " + directory_.string() + ": " + ec.message()};
     }
-    BOOST_OUTCOME_TRY(hold_directory());
+    BOOST_OUTCOME_TRY(lock_.hold(directory_));
     BOOST_OUTCOME_TRY(const auto present, steps());
     BOOST_OUTCOME_TRY(check_step(step, present));
     saved_checkpoint saved{step, path_of(step), 0, std::nullopt};
@@ -249,12 +161,8 @@ std::optional<error> checkpoint_manager::after_save(std::uint64_t step)
     }
     auto others = std::move(listed).value();
     std::erase(others, step);
-    const std::size_t keep_others = std::max<std::size_t>(options_.keep_last, 1) - 1;
-    if (others.size() > keep_others) {
-        others.resize(others.size() - keep_others);
-        for (const std::uint64_t old : others) {
-            note(ops_.remove(path_of(old)));
-        }
+    for (const std::uint64_t old : detail::past_retention(std::move(others), options_.keep_last)) {
+        note(ops_.remove(path_of(old)));
     }
     note(detail::for_each_entry(directory_, [&](const std::filesystem::path& path) {
         if (path.extension() == ".tmp") {
@@ -358,82 +266,14 @@ result<checkpoint> checkpoint_manager::load_latest(const checkpoint_load_options
 result<newest_valid_checkpoint>
 checkpoint_manager::load_newest_valid(const checkpoint_load_options& options) const
 {
-    BOOST_OUTCOME_TRY(auto candidates, steps());
-    if (candidates.empty()) {
-        return error{errc::not_found, "No checkpoint in " + directory_.string() + " yet"};
-    }
-    // Every file's frame first: the runs they record make the line of the run "latest" names.
-    const std::optional<std::string> latest_run = latest_run_id();
-    std::vector<std::optional<checkpoint_reader>> readers;
-    std::vector<run_identity> identities;
-    std::vector<skipped_checkpoint> skipped;
-    for (auto step = candidates.rbegin(); step != candidates.rend(); ++step) {
-        auto reader = checkpoint_reader::open(path_of(*step), options.max_header_bytes);
-        if (!reader) {
-            skipped.push_back({*step, std::move(reader).error()});
-            readers.emplace_back();
-            continue;
-        }
-        if (const auto& identity = reader.value().index().identity) {
-            identities.push_back(*identity);
-        }
-        readers.emplace_back(std::move(reader).value());
-    }
-    const auto line = latest_run ? lineage_of(*latest_run, identities)
-                                 : std::set<std::string, std::less<>>{};
-    const auto run_of = [](const checkpoint_reader& reader) -> std::optional<std::string> {
-        const auto& identity = reader.index().identity;
-        return identity ? std::optional{identity->run_id} : std::nullopt;
-    };
-    const auto found = [&](std::uint64_t step, checkpoint contents, bool other) {
-        note_resumed(contents);
-        std::string run = contents.identity() ? contents.identity()->run_id : std::string{};
-        std::sort(skipped.begin(), skipped.end(),
-                  [](const auto& a, const auto& b) { return a.step > b.step; });
-        return newest_valid_checkpoint{step,          std::move(contents), std::move(skipped),
-                                       std::move(run), latest_run,         other};
-    };
-    std::vector<std::size_t> of_other_runs;
-    for (std::size_t k = 0; k < readers.size(); ++k) {
-        const std::uint64_t step = candidates[candidates.size() - 1 - k];
-        if (!readers[k]) {
-            continue;
-        }
-        const auto run = run_of(*readers[k]);
-        if (latest_run && (!run || !line.contains(*run))) {
-            skipped.push_back({step,
-                               error{errc::other_run,
-                                     "written by " + (run ? "run " + *run : "no recorded run") +
-                                         ", not of the line of run " + *latest_run +
-                                         " that \"latest\" names"},
-                               run});
-            of_other_runs.push_back(k);
-            continue;
-        }
-        auto loaded = std::move(*readers[k]).load(options);
-        if (loaded) {
-            return found(step, std::move(loaded).value(), false);
-        }
-        skipped.push_back({step, std::move(loaded).error(), run});
-    }
-    // None of the line "latest" names loads: the newest of another run that does, said so.
-    for (const std::size_t k : of_other_runs) {
-        const std::uint64_t step = candidates[candidates.size() - 1 - k];
-        auto loaded = load_checkpoint_file(path_of(step), options);
-        if (loaded) {
-            return found(step, std::move(loaded).value(), true);
-        }
-        const auto at = std::find_if(skipped.begin(), skipped.end(),
-                                     [step](const auto& s) { return s.step == step; });
-        at->why = error{loaded.error().code(), at->why.message() + "; " + loaded.error().message()};
-    }
-    std::sort(skipped.begin(), skipped.end(),
-              [](const auto& a, const auto& b) { return a.step > b.step; });
-    std::string why = "No checkpoint in " + directory_.string() + " loads";
-    for (const skipped_checkpoint& s : skipped) {
-        why += "; step " + std::to_string(s.step) + ": " + s.why.message();
-    }
-    return error{errc::io_error, why};
+    BOOST_OUTCOME_TRY(const auto candidates, steps());
+    BOOST_OUTCOME_TRY(
+        auto found,
+        detail::find_newest_valid(
+            directory_, candidates, [this](std::uint64_t step) { return path_of(step); },
+            candidates.empty() ? std::nullopt : latest_run_id(), options));
+    note_resumed(found.contents);
+    return found;
 }
 
 result<std::vector<std::uint64_t>> checkpoint_manager::steps() const

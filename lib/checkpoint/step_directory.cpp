@@ -40,6 +40,13 @@ std::optional<std::uint64_t> step_of(std::string_view name, std::string_view suf
     return step;
 }
 
+std::vector<std::uint64_t> past_retention(std::vector<std::uint64_t> others, std::size_t keep_last)
+{
+    const std::size_t keep_others = std::max<std::size_t>(keep_last, 1) - 1;
+    others.resize(others.size() > keep_others ? others.size() - keep_others : 0);
+    return others;
+}
+
 // The iterator moves with increment(ec), so a failure is an error, never an exception.
 result<void> for_each_entry(const std::filesystem::path& dir,
                             const std::function<void(const std::filesystem::path&)>& each)

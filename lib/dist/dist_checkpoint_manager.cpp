@@ -304,12 +304,9 @@ std::optional<error> dist_checkpoint_manager::after_commit(std::uint64_t step)
         return listed.error();
     }
     std::sort(committed.begin(), committed.end());
-    const std::size_t keep_others = std::max<std::size_t>(options_.keep_last, 1) - 1;
-    if (committed.size() > keep_others) {
-        committed.resize(committed.size() - keep_others);
-        for (const std::uint64_t old : committed) {
-            partial.push_back(path_of(old));
-        }
+    for (const std::uint64_t old :
+         detail::past_retention(std::move(committed), options_.keep_last)) {
+        partial.push_back(path_of(old));
     }
     for (const auto& path : partial) {
         std::error_code ec;

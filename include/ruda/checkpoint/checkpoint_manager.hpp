@@ -6,8 +6,10 @@
 
 #include <ruda/checkpoint/checkpoint.hpp>
 #include <ruda/checkpoint/checkpoint_file.hpp>
+#include <ruda/checkpoint/detail/directory_lock.hpp>
 #include <ruda/checkpoint/detail/save_state.hpp>
 #include <ruda/checkpoint/file_ops.hpp>
+#include <ruda/checkpoint/newest_valid.hpp>
 #include <ruda/checkpoint/saved_checkpoint.hpp>
 #include <ruda/error.hpp>
 #include <ruda/optim/async_snapshot.hpp>
@@ -37,28 +39,6 @@
 #include <vector>
 
 namespace ruda {
-
-/// A checkpoint `load_newest_valid` passed over: it does not load, or another run wrote it.
-struct skipped_checkpoint {
-    std::uint64_t step;
-    error why;
-    /// The run that wrote it, when its file says (and can be read that far).
-    std::optional<std::string> run_id{};
-};
-
-/// What `load_newest_valid` found: the newest checkpoint that loads, of the run "latest" names
-/// where one of that run loads, and the ones passed over, in the order they were tried.
-struct newest_valid_checkpoint {
-    std::uint64_t step;
-    checkpoint contents;
-    std::vector<skipped_checkpoint> skipped;
-    /// The run that wrote it (empty for a file that records none).
-    std::string run_id{};
-    /// The run "latest" names, when it names one.
-    std::optional<std::string> latest_run_id{};
-    /// Whether it is of another run than the one "latest" names: none of that run loads.
-    bool other_run = false;
-};
 
 /// One group of tensors for a save to snapshot: its name and the tensors.
 struct tensor_group_source {
@@ -270,14 +250,13 @@ private:
     result<void> check_step(std::uint64_t step, const std::vector<std::uint64_t>& present) const;
     std::optional<error> discard_newer(std::uint64_t step);
     std::optional<error> after_save(std::uint64_t step);
-    result<void> hold_directory();
     void note_resumed(const checkpoint& loaded) const;
 
     std::filesystem::path directory_;
     checkpoint_manager_options options_;
     file_ops& ops_;
     std::mutex save_mutex_; // one save at a time, synchronous or queued
-    int lock_fd_ = -1;      // the directory's lock, held from the first save
+    detail::directory_lock lock_; // held from the first save
     mutable std::mutex resumed_mutex_;
     mutable std::string resumed_from_; // the run of the last checkpoint of another run loaded
     std::mutex queue_mutex_;

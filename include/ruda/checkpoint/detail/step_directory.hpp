@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ruda::detail {
 
@@ -18,6 +19,11 @@ namespace ruda::detail {
 [[nodiscard]] std::string step_name(std::uint64_t step, std::string_view suffix);
 /// The step of a `step_name(…, suffix)`, or nothing for any other name.
 [[nodiscard]] std::optional<std::uint64_t> step_of(std::string_view name, std::string_view suffix);
+
+/// Of `others` (ascending steps, the latest not among them), the ones retention removes: all
+/// but the newest `keep_last - 1`, the latest being the one more kept (at least 1 in all).
+[[nodiscard]] std::vector<std::uint64_t> past_retention(std::vector<std::uint64_t> others,
+                                                        std::size_t keep_last);
 
 /// Calls `each` with the path of every entry of `dir`: none when `dir` does not exist yet.
 /// `errc::io_error` naming `dir` when it cannot be listed, also part way.
